@@ -1,0 +1,54 @@
+# One entry point for people and CI. Every target installs what it needs first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: help venv test test-unit test-integration lint demo stack-up stack-down stack-status clean
+
+help:
+	@echo "make demo          bring the local stack up and show its status"
+	@echo "make test          lint, unit tests and integration tests against the real servers"
+	@echo "make stack-up | stack-down | stack-status"
+	@echo "make lint          ruff + mypy"
+	@echo "make clean         stop everything and remove .run/ (data and logs)"
+
+# The venv is rebuilt only when pyproject.toml changes; pip's own cache makes a rebuild cheap.
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11) and "Python 3.11 is required")'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+venv: $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy .
+
+test-unit: $(STAMP)
+	$(VENV)/bin/pytest tests/unit
+
+# The session fixtures start the servers the tests need (once) and stop the ones they started.
+test-integration: $(STAMP)
+	$(VENV)/bin/pytest tests/integration
+
+test: lint $(STAMP)
+	$(VENV)/bin/pytest tests
+
+demo: $(STAMP)
+	$(PY) -m stack up
+
+stack-up: $(STAMP)
+	$(PY) -m stack up
+
+stack-down: $(STAMP)
+	$(PY) -m stack down
+
+stack-status: $(STAMP)
+	$(PY) -m stack status
+
+clean: stack-down
+	rm -rf .run

@@ -1,0 +1,5 @@
+"""``python -m stack`` is ``trep-stack``."""
+
+from stack.cli import app
+
+app()

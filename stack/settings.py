@@ -1,0 +1,61 @@
+"""Where the local stack keeps its files and which ports it listens on.
+
+Every value can be overridden from the environment, so two checkouts (or a CI run next to a
+developer's stack) can live side by side on one machine.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+#: Data directories, logs and pid files of every server: one folder, removed by ``make clean``.
+RUN_DIR = Path(os.environ.get("TREP_RUN_DIR", REPO_ROOT / ".run")).resolve()
+
+#: Downloads (jars, zips, Go modules). Kept outside the checkout by default so that a fresh
+#: clone on the same machine (CI) downloads nothing a second time.
+CACHE_DIR = Path(
+    os.environ.get("TREP_CACHE_DIR", Path.home() / ".cache" / "tungsten-kafka")
+).resolve()
+
+#: Every server binds here, never ``localhost``: IPv6/IPv4 mismatches bite the JVM servers.
+HOST = "127.0.0.1"
+
+#: JDK used by Kafka, ZooKeeper, Elasticsearch and Spark. Spark fails on newer JDKs.
+JAVA_HOME = Path(os.environ.get("TREP_JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64"))
+
+MAVEN_REPO_URL = os.environ.get("TREP_MAVEN_URL", "https://repo1.maven.org/maven2")
+
+_DEFAULT_PORTS = {
+    "mariadb-source": 13306,
+    "mariadb-target": 13307,
+    "postgresql": 15432,
+    "zookeeper": 12181,
+    "kafka": 19092,
+    "kafka-controller": 19093,
+    "elasticsearch": 19200,
+    "elasticsearch-transport": 19300,
+    "ferretdb": 37017,
+}
+
+
+def port(name: str) -> int:
+    """Port of a service: ``TREP_<NAME>_PORT`` from the environment, else the default."""
+    env = "TREP_" + name.upper().replace("-", "_") + "_PORT"
+    return int(os.environ.get(env, _DEFAULT_PORTS[name]))
+
+
+def service_dir(name: str) -> Path:
+    """The run directory of one service (data, config, log, pid file)."""
+    path = RUN_DIR / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cache_dir(*parts: str) -> Path:
+    """A sub-folder of the download cache, created on demand."""
+    path = CACHE_DIR.joinpath(*parts)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
