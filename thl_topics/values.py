@@ -15,7 +15,8 @@ DATETIME, TIMESTAMP    "YYYY-MM-DD HH:MM:SS[.ffffff]"; TIMESTAMP in UTC
 TIME                   "[-]H:MM:SS[.ffffff]", hours may exceed 24
 ENUM                   string; SET: members joined by ","
 JSON, text types       string
-binary types           bytes
+binary types           bytes (BINARY(n) without its trailing 0x00 padding, as the
+                       binlog has it; ``from_thl`` pads it back)
 =====================  =========================================================
 """
 
@@ -116,4 +117,7 @@ def from_thl(spec: ColumnSpec, raw: ThlValue) -> object:
             return value.replace(tzinfo=dt.UTC) if kind == "TIMESTAMP" else value
         if kind == "TIME":
             return _parse_time(raw)
+    elif isinstance(raw, bytes) and kind == "BINARY" and len(raw) < spec.length:
+        # The binlog strips BINARY(n)'s trailing 0x00 padding; the column holds all n bytes.
+        return raw.ljust(spec.length, b"\x00")
     return raw

@@ -1,0 +1,237 @@
+"""The extractor service: binlog in, THL out, one active instance per service.
+
+Run order: take the ZooKeeper leader lock (a second instance waits as standby), make sure
+the THL topic is usable, find the restart point (THL tail, trep_commit_seqno, ZooKeeper),
+open a transactional producer (fencing any stale one), then stream. Kafka transactions close
+only on source-transaction boundaries; the positions (trep_commit_seqno on the source, the
+ZooKeeper mirror) move only after a Kafka commit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pymysql
+import sqlalchemy as sa
+from confluent_kafka.admin import AdminClient
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, XidEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+from extractor import binlog_fixes
+from extractor.errors import BinlogPurgedError, ExtractorError
+from extractor.positions import StartPoint, find_start
+from extractor.transactions import BinlogPosition, TransactionAssembler
+from replicator.config import ReplicatorConfig
+from replicator.filters import ReplicateFilter
+from replicator.tracking import CommitSeqno, CommitSeqnoTable
+from replicator.zk import ServiceNodes, ZkPosition, connect
+from thl_topics.admin import ThlTopicSpec, ensure_thl_topic
+from thl_topics.errors import ThlError
+from thl_topics.event import ThlEvent
+from thl_topics.producer import ProducerFenced, ThlProducer
+from thl_topics.reader import ThlReader
+
+log = logging.getLogger(__name__)
+binlog_fixes.install()
+
+_EVENTS = [MariadbGtidEvent, QueryEvent, XidEvent, WriteRowsEvent, UpdateRowsEvent,
+           DeleteRowsEvent, HeartbeatLogEvent]
+#: MySQL error 1236: the requested binlog file or position is not on the server.
+_ER_MASTER_FATAL_READING_BINLOG = 1236
+
+
+def source_engine(cfg: ReplicatorConfig) -> sa.Engine:
+    """SQLAlchemy engine of the source (for the tracking schema)."""
+    src = cfg.extractor.source
+    url = sa.URL.create("mysql+pymysql", username=src.user,
+                        password=src.password.get_secret_value(), host=src.host,
+                        port=src.port, query={"charset": "utf8mb4"})
+    return sa.create_engine(url, pool_pre_ping=True, hide_parameters=True)
+
+
+class Extractor:
+    """One extractor of one service. ``run()`` blocks until ``stop()`` or a fatal error."""
+
+    def __init__(self, cfg: ReplicatorConfig) -> None:
+        self.cfg = cfg
+        self._stop = threading.Event()
+        self.identity = f"{socket.gethostname()}:{os.getpid()}"
+        self.tracking = CommitSeqnoTable(cfg.tracking_schema)
+        self.last_committed: ThlEvent | None = None
+        self.epoch: int | None = None
+        #: Set once the binlog start position is fixed: later source commits are extracted.
+        self.streaming = threading.Event()
+
+    def stop(self) -> None:
+        """Ask the extractor to stop at the next transaction boundary."""
+        self._stop.set()
+
+    def run(self) -> None:
+        """Lead (or wait as standby), then extract until stopped."""
+        zk = connect(self.cfg.zookeeper.hosts, self.cfg.zookeeper.timeout_s)
+        nodes = ServiceNodes(zk, self.cfg.zookeeper.root, self.cfg.service)
+        lock = nodes.extractor_lock(self.identity)
+        try:
+            log.info("extractor %s: waiting for the leader lock of service %s",
+                     self.identity, self.cfg.service)
+            while not self._stop.is_set():
+                if lock.acquire(timeout=1.0):
+                    break
+            else:
+                return
+            log.info("extractor %s: leader of service %s", self.identity, self.cfg.service)
+            self._lead(nodes)
+        finally:
+            lock.release()
+            zk.stop()
+            zk.close()
+
+    def _lead(self, nodes: ServiceNodes) -> None:
+        cfg = self.cfg
+        admin = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers})
+        ensure_thl_topic(admin, ThlTopicSpec(cfg.thl_topic, cfg.kafka.replication_factor,
+                                             cfg.kafka.max_message_bytes))
+        engine = source_engine(cfg)
+        try:
+            with engine.begin() as conn:
+                self.tracking.create(conn)
+            # Fence first, then read the tail: once init_transactions returned, no older
+            # extractor can commit behind our back, so the tail we read is final.
+            producer = ThlProducer(
+                cfg.kafka.bootstrap_servers, cfg.thl_topic,
+                transactional_id=f"tungsten-extractor-{cfg.service}",
+                max_message_bytes=cfg.kafka.max_message_bytes,
+                timeout=cfg.kafka.transaction_timeout_s)
+            try:
+                with ThlReader(cfg.kafka.bootstrap_servers, cfg.thl_topic) as reader:
+                    start = find_start(reader, engine, self.tracking, nodes)
+                self._stream(start, producer, engine, nodes)
+            finally:
+                producer.abort()
+                producer.close()
+        finally:
+            engine.dispose()
+
+    def _filters(self) -> ReplicateFilter:
+        f = self.cfg.extractor.filters
+        # Our own position writes land in the source binlog: never extract them.
+        own = f"{self.cfg.tracking_schema}.trep_commit_seqno"
+        return ReplicateFilter(f.replicate, [*f.ignore, own])
+
+    def _binlog(self, start: StartPoint) -> BinLogStreamReader:
+        src = self.cfg.extractor.source
+        position = start.position or self._initial_position()
+        log.info("extractor: resuming at %s, next seqno %d (from %s)",
+                 position.event_id(), start.next_seqno, start.origin)
+        self._resume_at = position
+        return BinLogStreamReader(
+            connection_settings={"host": src.host, "port": src.port, "user": src.user,
+                                 "passwd": src.password.get_secret_value()},
+            server_id=self.cfg.extractor.server_id, log_file=position.file,
+            log_pos=position.pos, resume_stream=True, blocking=True, slave_heartbeat=0.2,
+            only_events=_EVENTS,
+            # File/offset resume is reliable with is_mariadb=False, also against MariaDB.
+            is_mariadb=False,
+        )
+
+    def _initial_position(self) -> BinlogPosition:
+        src = self.cfg.extractor.source
+        conn = pymysql.connect(host=src.host, port=src.port, user=src.user,
+                               password=src.password.get_secret_value())
+        try:
+            with conn.cursor() as cur:
+                if self.cfg.extractor.start_at == "earliest":
+                    cur.execute("SHOW BINARY LOGS")
+                else:
+                    cur.execute("SHOW MASTER STATUS")
+                row = cur.fetchone()
+                if row is None:
+                    raise ExtractorError("the source has no binary log: start it with log-bin, "
+                                         "binlog-format=ROW, binlog-row-image=FULL")
+                if self.cfg.extractor.start_at == "earliest":
+                    return BinlogPosition(row[0], 4)
+                return BinlogPosition(row[0], int(row[1]))
+        finally:
+            conn.close()
+
+    def _events(self, stream: BinLogStreamReader) -> Iterator[tuple[Any, BinlogPosition]]:
+        try:
+            for event in stream:
+                yield event, BinlogPosition(stream.log_file, stream.log_pos)
+        except pymysql.err.OperationalError as exc:
+            code = exc.args[0] if exc.args else None
+            if code == _ER_MASTER_FATAL_READING_BINLOG:
+                at = self._resume_at
+                raise BinlogPurgedError(
+                    f"cannot read the binlog at {at.file} position {at.pos}: "
+                    f"{exc.args[1] if len(exc.args) > 1 else exc}. The file was purged or "
+                    "the position is wrong; re-provision the targets and reset the service "
+                    "to start from the current binlog position.") from exc
+            raise
+
+    def _stream(self, start: StartPoint, producer: ThlProducer, engine: sa.Engine,
+                nodes: ServiceNodes) -> None:
+        xcfg = self.cfg.extractor
+        self.epoch = start.next_seqno
+        pending: list[ThlEvent] = []
+        batch_started = 0.0
+
+        def emit(event: ThlEvent) -> None:
+            nonlocal batch_started
+            if not producer.in_transaction:
+                batch_started = time.monotonic()
+            producer.publish(event)
+            if event.last_frag:
+                # Keep the position, not the rows: a batch may be a million rows.
+                pending.append(dataclasses.replace(event, data=[]))
+
+        assembler = TransactionAssembler(
+            emit=emit, next_seqno=start.next_seqno, epoch=self.epoch,
+            service=self.cfg.service, source_id=xcfg.source_id,
+            filters=self._filters(), fragment_rows=xcfg.fragment_rows,
+            fragment_bytes=xcfg.fragment_bytes)
+        stream = self._binlog(start)
+        self.streaming.set()
+        try:
+            for event, position in self._events(stream):
+                assembler.feed(event, position)
+                if assembler.in_transaction:
+                    continue
+                if pending and (len(pending) >= xcfg.batch_transactions
+                                or isinstance(event, HeartbeatLogEvent)
+                                or time.monotonic() - batch_started >= xcfg.batch_ms / 1000):
+                    self._commit(producer, pending, engine, nodes)
+                if self._stop.is_set():
+                    break
+            self._commit(producer, pending, engine, nodes)
+        finally:
+            stream.close()
+
+    def _commit(self, producer: ThlProducer, pending: list[ThlEvent], engine: sa.Engine,
+                nodes: ServiceNodes) -> None:
+        """Commit the Kafka transaction, then move the positions past it."""
+        if not pending:
+            return
+        try:
+            producer.commit()
+        except ProducerFenced:
+            raise
+        except ThlError as exc:
+            raise ExtractorError(f"THL commit failed with an unknown outcome: {exc}; "
+                                 "restart to resume from the THL tail") from exc
+        last = pending[-1]
+        pending.clear()
+        self.last_committed = last
+        pos = CommitSeqno(seqno=last.seqno, epoch=last.epoch, eventid=last.event_id,
+                          source_id=last.source_id, shard_id=last.shard_id)
+        with engine.begin() as conn:
+            self.tracking.write(conn, pos)
+        nodes.write_position("extractor", ZkPosition(last.seqno, last.epoch, last.event_id))

@@ -1,0 +1,263 @@
+"""Assembling binlog events into THL events: whole transactions, in commit order, fragmented.
+
+A transaction is BEGIN .. XID (or COMMIT for non-transactional engines); a query outside
+BEGIN (DDL, statement-format DML with autocommit) is a transaction of its own. Row changes
+are cut into fragments of ``fragment_rows`` rows / ``fragment_bytes`` bytes as they arrive,
+so a huge transaction is never held whole in memory. A transaction takes its seqno only
+when its first fragment is emitted; one that filters to nothing takes none.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+from extractor.row_values import TableShape
+from replicator.filters import ReplicateFilter
+from replicator.sql_names import statement_target
+from thl_topics.event import DataItem, RowAction, RowChange, Statement, ThlEvent
+
+# flags2 bits of a query event (MySQL's OPTION_* constants).
+_OPTION_AUTO_IS_NULL = 1 << 14
+_OPTION_NOT_AUTOCOMMIT = 1 << 19
+_OPTION_NO_FOREIGN_KEY_CHECKS = 1 << 26
+_OPTION_RELAXED_UNIQUE_CHECKS = 1 << 27
+# MariaDB GTID event flag: the event group is one statement without BEGIN/COMMIT.
+_FL_STANDALONE = 1
+
+
+@dataclass(frozen=True)
+class BinlogPosition:
+    """A binlog coordinate: the byte offset of the next event in ``file``."""
+
+    file: str
+    pos: int
+
+    def event_id(self, session: int = 0) -> str:
+        """Tungsten's EVENTID: ``file:offset;session``, offset zero-padded to 16 digits."""
+        return f"{self.file}:{self.pos:016d};{session}"
+
+    @classmethod
+    def parse(cls, event_id: str) -> BinlogPosition:
+        """The position in an EVENTID; ValueError if it is not one."""
+        where = event_id.split(";", 1)[0]
+        file, _, pos = where.rpartition(":")
+        if not file or not pos.isdigit():
+            raise ValueError(f"not a binlog EVENTID: {event_id!r}")
+        return cls(file, int(pos))
+
+
+def session_options(event: QueryEvent) -> dict[str, str]:
+    """The session OPTIONS a statement ran under, from its query event's status variables."""
+    opts: dict[str, str] = {}
+    flags2 = getattr(event, "flags2", None)
+    if flags2 is not None:
+        opts["autocommit"] = "0" if flags2 & _OPTION_NOT_AUTOCOMMIT else "1"
+        opts["sql_auto_is_null"] = "1" if flags2 & _OPTION_AUTO_IS_NULL else "0"
+        opts["foreign_key_checks"] = "0" if flags2 & _OPTION_NO_FOREIGN_KEY_CHECKS else "1"
+        opts["unique_checks"] = "0" if flags2 & _OPTION_RELAXED_UNIQUE_CHECKS else "1"
+    sql_mode = getattr(event, "sql_mode", None)
+    if sql_mode is not None:
+        # Numeric, as the binlog has it: SET sql_mode=<number> is valid on MySQL and MariaDB.
+        opts["sql_mode"] = str(sql_mode)
+    tz = getattr(event, "time_zone", None)
+    opts["time_zone"] = tz.decode() if isinstance(tz, bytes) else "+00:00"
+    for name in ("character_set_client", "collation_connection", "collation_server"):
+        value = getattr(event, name, None)
+        if value is not None:
+            opts[name] = str(value)
+    return opts
+
+
+@dataclass
+class _Open:
+    """The transaction being assembled."""
+
+    tstamp: int
+    session: int = 0
+    server_id: int = 0
+    gtid: str | None = None
+    seqno: int | None = None
+    shard: str = ""
+    fragno: int = 0
+    items: list[DataItem] = field(default_factory=list)
+    rows: int = 0
+    size: int = 0
+
+
+Emit = Callable[[ThlEvent], None]
+
+
+class TransactionAssembler:
+    """Feeds on binlog events; emits THL events through ``emit`` in commit order."""
+
+    def __init__(self, *, emit: Emit, next_seqno: int, epoch: int, service: str,
+                 source_id: str, filters: ReplicateFilter,
+                 fragment_rows: int, fragment_bytes: int) -> None:
+        self._emit = emit
+        self.next_seqno = next_seqno
+        self.epoch = epoch
+        self.service = service
+        self.source_id = source_id
+        self.filters = filters
+        self.fragment_rows = fragment_rows
+        self.fragment_bytes = fragment_bytes
+        self._open: _Open | None = None
+        self._gtid: str | None = None
+        self._last_time = 0
+        self._shapes: dict[int, tuple[Any, TableShape]] = {}
+
+    @property
+    def in_transaction(self) -> bool:
+        """True between BEGIN and its commit: the position is not a restart point."""
+        return self._open is not None
+
+    def feed(self, event: Any, position: BinlogPosition) -> None:
+        """One binlog event; ``position`` is where the next event starts."""
+        # The last event's header time is the commit time when the transaction ends.
+        self._last_time = event.timestamp
+        if isinstance(event, MariadbGtidEvent):
+            self._gtid = event.gtid
+            # MariaDB sends a GTID event where MySQL sends BEGIN; a standalone one (DDL)
+            # is followed by its single query, which commits by itself.
+            if not event.flags & _FL_STANDALONE:
+                self._begin(event, session=0)
+        elif isinstance(event, QueryEvent):
+            self._query(event, position)
+        elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+            self._rows(event, position)
+        elif isinstance(event, XidEvent):
+            self._commit(position)
+
+    def _query(self, event: QueryEvent, position: BinlogPosition) -> None:
+        sql = event.query
+        if sql == "BEGIN":
+            if self._open is None:
+                self._begin(event, session=event.slave_proxy_id)
+            else:
+                self._open.session = event.slave_proxy_id
+            return
+        if sql == "COMMIT":
+            self._commit(position)
+            return
+        schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
+        stmt = Statement(sql=sql, default_schema=schema or None, options=session_options(event),
+                         error_code=event.error_code, timestamp=event.timestamp * 1_000_000)
+        if self._open is None:
+            # DDL and autocommitted statements are whole transactions by themselves.
+            txn = self._begin(event, session=event.slave_proxy_id)
+            self._add(txn, stmt)
+            self._commit(position)
+        else:
+            self._open.session = self._open.session or event.slave_proxy_id
+            self._add(self._open, stmt)
+
+    def _begin(self, event: Any, session: int) -> _Open:
+        self._open = _Open(tstamp=event.timestamp * 1_000_000, session=session,
+                           server_id=event.packet.server_id, gtid=self._gtid)
+        self._gtid = None
+        return self._open
+
+    def _shape(self, event: Any) -> TableShape:
+        table = event.table_map[event.table_id]
+        cached = self._shapes.get(event.table_id)
+        if cached is None or cached[0] is not table:
+            cached = (table, TableShape(table.columns))
+            self._shapes[event.table_id] = cached
+        return cached[1]
+
+    def _rows(self, event: Any, position: BinlogPosition) -> None:
+        if self._open is None:
+            raise RuntimeError(f"row event for {event.schema}.{event.table} outside a "
+                               f"transaction at {position.event_id()}")
+        if not self.filters.keeps(event.schema, event.table):
+            return
+        shape = self._shape(event)
+        if isinstance(event, WriteRowsEvent):
+            action, after, before = RowAction.INSERT, [
+                shape.values(r["values"], r.get("none_sources")) for r in event.rows], []
+        elif isinstance(event, DeleteRowsEvent):
+            action, after, before = RowAction.DELETE, [], [
+                shape.values(r["values"], r.get("none_sources")) for r in event.rows]
+        else:
+            action = RowAction.UPDATE
+            after = [shape.values(r["after_values"], r.get("after_none_sources"))
+                     for r in event.rows]
+            before = [shape.values(r["before_values"], r.get("before_none_sources"))
+                      for r in event.rows]
+        items = self._open.items
+        last = items[-1] if items else None
+        if (isinstance(last, RowChange) and last.action is action
+                and last.schema == event.schema and last.table == event.table
+                and last.column_specs is shape.specs):
+            last.column_values.extend(after)
+            last.key_values.extend(before)
+        else:
+            items.append(RowChange(
+                action=action, schema=event.schema, table=event.table,
+                column_specs=shape.specs if after else [],
+                key_specs=shape.specs if before else [],
+                column_values=after, key_values=before))
+        nrows = len(event.rows)
+        self._open.rows += nrows
+        # The binlog event's own size is a fair, free estimate of the THL bytes it adds.
+        self._open.size += getattr(event, "event_size", 0) or 64 * nrows
+        if (self._open.rows >= self.fragment_rows
+                or self._open.size >= self.fragment_bytes):
+            self._flush(self._open, position, last_frag=False)
+
+    def _add(self, txn: _Open, stmt: Statement) -> None:
+        if self.filters.keeps_item(stmt):
+            txn.items.append(stmt)
+            txn.size += len(stmt.sql)
+
+    def _commit(self, position: BinlogPosition) -> None:
+        if self._open is None:
+            return  # a COMMIT/XID whose BEGIN preceded our start position
+        if self._open.items or self._open.fragno > 0:
+            self._flush(self._open, position, last_frag=True)
+        self._open = None
+
+    def _flush(self, txn: _Open, position: BinlogPosition, *, last_frag: bool) -> None:
+        if not txn.items and not last_frag:
+            return
+        if txn.seqno is None:
+            txn.seqno = self.next_seqno
+            self.next_seqno += 1
+            txn.shard = _shard_of(txn.items)
+        if last_frag:
+            txn.tstamp = self._last_time * 1_000_000
+        shard = txn.shard
+        metadata = {"mysql_server_id": str(txn.server_id), "dbms_type": "mysql",
+                    "service": self.service, "shard": shard}
+        if txn.gtid:
+            metadata["gtid"] = txn.gtid
+        self._emit(ThlEvent(
+            seqno=txn.seqno, epoch=self.epoch, source_id=self.source_id,
+            event_id=position.event_id(txn.session), shard_id=shard, tstamp=txn.tstamp,
+            fragno=txn.fragno, last_frag=last_frag, metadata=metadata, data=txn.items,
+        ))
+        txn.fragno += 1
+        txn.items = []
+        txn.rows = txn.size = 0
+
+
+def _shard_of(items: list[DataItem]) -> str:
+    """The shard of a fragment: its first schema (Tungsten's default: shard by database)."""
+    for item in items:
+        if isinstance(item, RowChange):
+            return item.schema
+        schema = statement_target(item.sql, item.default_schema).schema
+        if schema:
+            return schema
+    return "#UNKNOWN"
+
+
+def utc_from_micros(micros: int) -> dt.datetime:
+    """A THL ``tstamp`` as an aware UTC datetime."""
+    return dt.datetime.fromtimestamp(micros / 1_000_000, dt.UTC)

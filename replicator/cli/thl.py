@@ -1,0 +1,167 @@
+"""``thl``: inspect a service's THL topic, with Tungsten's command words.
+
+    thl list -seqno N | -low A -high B | -last N   [--json]
+    thl info
+    thl index [-samples N]
+
+The topic comes from ``-c service.yml``, or ``-service NAME`` (topic ``thl.NAME``) with
+``-bootstrap`` (default ``$TREP_KAFKA__BOOTSTRAP_SERVERS`` or 127.0.0.1:19092).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+import click
+
+from replicator.cli.thl_format import event_json, format_error, format_event
+from replicator.config import ConfigError, load_config
+from thl_topics.admin import describe_configs
+from thl_topics.errors import ThlError
+from thl_topics.reader import ThlReader
+from thl_topics.records import RecordHeaders
+
+
+class _Ctx:
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+
+    def reader(self) -> ThlReader:
+        return ThlReader(self.bootstrap, self.topic)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-c", "--config", "config_path", type=click.Path(path_type=Path),
+              help="Service configuration (YAML): bootstrap servers and THL topic.")
+@click.option("-service", "--service", help="Service name: the topic is thl.<service>.")
+@click.option("-topic", "--topic", help="THL topic name (overrides the service's).")
+@click.option("-bootstrap", "--bootstrap", help="Kafka bootstrap servers.")
+@click.pass_context
+def cli(ctx: click.Context, config_path: Path | None, service: str | None, topic: str | None,
+        bootstrap: str | None) -> None:
+    """Inspect the Transaction History Log of a service."""
+    if config_path is not None:
+        try:
+            cfg = load_config(config_path)
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from exc
+        bootstrap = bootstrap or cfg.kafka.bootstrap_servers
+        topic = topic or cfg.thl_topic
+    topic = topic or (f"thl.{service}" if service else None)
+    if topic is None:
+        raise click.UsageError("name the THL: -c service.yml, -service NAME or -topic TOPIC")
+    bootstrap = bootstrap or os.environ.get("TREP_KAFKA__BOOTSTRAP_SERVERS", "127.0.0.1:19092")
+    ctx.obj = _Ctx(bootstrap, topic)
+
+
+@cli.command("list")
+@click.option("-seqno", "--seqno", type=int, help="One transaction.")
+@click.option("-low", "--low", type=int, help="First seqno of a range.")
+@click.option("-high", "--high", type=int, help="Last seqno of a range (inclusive).")
+@click.option("-last", "--last", type=int, help="The last N transactions.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.pass_obj
+def list_(obj: _Ctx, seqno: int | None, low: int | None, high: int | None, last: int | None,
+          as_json: bool) -> None:
+    """Print THL events in Tungsten's layout (or JSON)."""
+    with obj.reader() as reader:
+        lo_off, hi_off = reader.watermarks()
+        if seqno is not None:
+            low = high = seqno
+        if last is not None:
+            tail = reader.tail()
+            if tail is None:
+                return
+            low, high = max(0, tail.seqno - last + 1), tail.seqno
+        start = reader.offset_of(low) if low is not None else lo_off
+        failures = 0
+        for rec in reader.records(start, hi_off):
+            if high is not None and rec.seqno > high:
+                break
+            if rec.event is None:
+                failures += 1
+                if as_json:
+                    click.echo(json.dumps({"seqno": rec.seqno, "fragno": rec.fragno,
+                                           "offset": rec.offset, "error": str(rec.error)}))
+                else:
+                    click.echo(format_error(rec))
+                    click.echo()
+                continue
+            if as_json:
+                click.echo(json.dumps(event_json(rec.event), ensure_ascii=False))
+            else:
+                click.echo(format_event(rec.event))
+                click.echo()
+        if failures:
+            click.echo(f"{failures} record(s) could not be decoded", err=True)
+            sys.exit(1)
+
+
+@cli.command()
+@click.pass_obj
+def info(obj: _Ctx) -> None:
+    """First and last seqno, epochs seen, topic settings, size."""
+    from confluent_kafka.admin import AdminClient
+
+    with obj.reader() as reader:
+        low, high = reader.watermarks()
+        epochs: Counter[int] = Counter()
+        first = last = None
+        records = 0
+        size = 0
+        for msg in reader.raw(low, high):
+            records += 1
+            size += len(msg.value() or b"")
+            try:
+                h = RecordHeaders.parse(msg.headers())
+            except (KeyError, ValueError):
+                continue
+            if h.fragno == 0:
+                epochs[h.epoch] += 1
+            first = h.seqno if first is None else first
+            last = h.seqno
+    configs = describe_configs(AdminClient({"bootstrap.servers": obj.bootstrap}), obj.topic)
+    click.echo(f"topic = {obj.topic}")
+    click.echo(f"min seqno = {first if first is not None else '-'}")
+    click.echo(f"max seqno = {last if last is not None else '-'}")
+    click.echo(f"offsets = {low}..{high}  records = {records}  value bytes = {size}")
+    click.echo("epochs = " + ", ".join(f"{e} ({n} events)" for e, n in sorted(epochs.items())))
+    for key in ("cleanup.policy", "max.message.bytes", "min.insync.replicas",
+                "message.timestamp.type"):
+        click.echo(f"{key} = {configs.get(key)}")
+
+
+@cli.command()
+@click.option("-samples", "--samples", type=int, default=10, show_default=True)
+@click.pass_obj
+def index(obj: _Ctx, samples: int) -> None:
+    """Seqno-to-offset samples across the topic (what a seek by seqno bisects)."""
+    with obj.reader() as reader:
+        low, high = reader.watermarks()
+        seen = set()
+        click.echo(f"{'offset':>12}  {'seqno':>12}")
+        for k in range(samples):
+            probe = low + (high - low) * k // max(samples, 1)
+            found = reader.sample(probe)
+            if found is None or found in seen:
+                continue
+            seen.add(found)
+            click.echo(f"{found[0]:>12}  {found[1]:>12}")
+
+
+def main() -> None:
+    """Entry point of the ``thl`` command."""
+    try:
+        cli()
+    except ThlError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

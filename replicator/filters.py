@@ -1,0 +1,78 @@
+"""Filters: a THL event in, the event (changed or not) or nothing out.
+
+Built-in here: replicate/ignore by ``schema.table`` with shell wildcards (Tungsten's
+``replicate`` filter). The extractor applies it to every statement and row change before a
+seqno is assigned, so a transaction that filters to nothing never takes a seqno.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from fnmatch import fnmatchcase
+from typing import Protocol
+
+from replicator.sql_names import statement_target
+from thl_topics.event import RowChange, Statement, ThlEvent
+
+
+class Filter(Protocol):
+    """One filter stage."""
+
+    def __call__(self, event: ThlEvent) -> ThlEvent | None: ...
+
+
+class ReplicateFilter:
+    """Keep ``replicate`` patterns (all when empty), then drop ``ignore`` patterns.
+
+    Patterns are ``schema.table`` (``shop.*``, ``*.tmp_*``); a bare ``schema`` means
+    ``schema.*``. A statement matches by the table its SQL names (``replicator.sql_names``), else by its
+    default schema.
+    """
+
+    def __init__(self, replicate: Iterable[str] = (), ignore: Iterable[str] = ()) -> None:
+        self.replicate = [self._normalise(p) for p in replicate]
+        self.ignore = [self._normalise(p) for p in ignore]
+        self._cache: dict[tuple[str, str], bool] = {}
+
+    @staticmethod
+    def _normalise(pattern: str) -> str:
+        return pattern if "." in pattern else f"{pattern}.*"
+
+    def keeps(self, schema: str, table: str) -> bool:
+        """True if changes to ``schema.table`` pass the filter."""
+        key = (schema, table)
+        kept = self._cache.get(key)
+        if kept is None:
+            name = f"{schema}.{table}"
+            kept = (not self.replicate or any(fnmatchcase(name, p) for p in self.replicate)) \
+                and not any(fnmatchcase(name, p) for p in self.ignore)
+            self._cache[key] = kept
+        return kept
+
+    def keeps_schema(self, schema: str) -> bool:
+        """True if statements whose default schema is ``schema`` pass the filter.
+
+        A statement may touch any table of its schema, so it is kept if some replicate
+        pattern names its schema, and dropped only if an ignore pattern names the whole schema.
+        """
+        kept = not self.replicate or any(
+            fnmatchcase(schema, p.split(".", 1)[0]) for p in self.replicate)
+        return kept and not any(
+            fnmatchcase(schema, s) and t == "*" for s, t in (p.split(".", 1) for p in self.ignore))
+
+    def keeps_item(self, item: Statement | RowChange) -> bool:
+        """True if one statement or row change passes the filter."""
+        if isinstance(item, RowChange):
+            return self.keeps(item.schema, item.table)
+        if not self.replicate and not self.ignore:
+            return True
+        target = statement_target(item.sql, item.default_schema)
+        if target.schema is None:
+            return not self.replicate  # no schema to match: only an unrestricted filter keeps it
+        if target.table is None:
+            return self.keeps_schema(target.schema)
+        return self.keeps(target.schema, target.table)
+
+    def __call__(self, event: ThlEvent) -> ThlEvent | None:
+        event.data = [item for item in event.data if self.keeps_item(item)]
+        return event if event.data else None

@@ -1,0 +1,72 @@
+"""Which schema and table a SQL statement touches, for filtering statement events.
+
+A small matcher for the statements a binlog carries (DDL, statement-format DML), in the
+spirit of Tungsten's MySQLOperationMatcher. It reads only the head of the statement.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_IDENT = r"(?:`(?:[^`]|``)+`|[\w$]+)"
+_NAME = rf"(?P<name>{_IDENT}(?:\s*\.\s*{_IDENT})?)"
+_EXISTS = r"(?:IF\s+(?:NOT\s+)?EXISTS\s+)?"
+_MODIFIERS = (r"(?:(?:OR\s+REPLACE|TEMPORARY|ONLINE|OFFLINE|IGNORE|DEFINER\s*=\s*\S+|"
+              r"ALGORITHM\s*=\s*\w+|SQL\s+SECURITY\s+\w+|UNIQUE|FULLTEXT|SPATIAL)\s+)*")
+_COMMENT = r"(?:\s|/\*.*?\*/)*"
+
+_PATTERNS = [
+    ("database", re.compile(
+        rf"^{_COMMENT}(?:CREATE|DROP|ALTER)\s+(?:DATABASE|SCHEMA)\s+{_EXISTS}{_NAME}",
+        re.I | re.S)),
+    ("table", re.compile(
+        rf"^{_COMMENT}(?:CREATE|ALTER|DROP|TRUNCATE|RENAME|OPTIMIZE|ANALYZE|REPAIR)\s+"
+        rf"{_MODIFIERS}(?:TABLE|TABLES|VIEW)\s+{_EXISTS}{_NAME}", re.I | re.S)),
+    ("table", re.compile(
+        rf"^{_COMMENT}(?:CREATE|DROP)\s+{_MODIFIERS}INDEX\s+{_IDENT}\s+ON\s+{_NAME}",
+        re.I | re.S)),
+    ("table", re.compile(
+        rf"^{_COMMENT}(?:INSERT|REPLACE)\s+(?:(?:LOW_PRIORITY|DELAYED|HIGH_PRIORITY|IGNORE)"
+        rf"\s+)*(?:INTO\s+)?{_NAME}", re.I | re.S)),
+    ("table", re.compile(
+        rf"^{_COMMENT}UPDATE\s+(?:(?:LOW_PRIORITY|IGNORE)\s+)*{_NAME}", re.I | re.S)),
+    ("table", re.compile(
+        rf"^{_COMMENT}DELETE\s+(?:(?:LOW_PRIORITY|QUICK|IGNORE)\s+)*FROM\s+{_NAME}",
+        re.I | re.S)),
+]
+
+
+@dataclass(frozen=True)
+class StatementTarget:
+    """What a statement touches: a schema, and a table unless it is a database statement."""
+
+    schema: str | None
+    table: str | None
+
+
+def _unquote(ident: str) -> str:
+    ident = ident.strip()
+    if ident.startswith("`"):
+        return ident[1:-1].replace("``", "`")
+    return ident
+
+
+def _split(name: str) -> list[str]:
+    parts = re.findall(_IDENT, name)
+    return [_unquote(p) for p in parts]
+
+
+def statement_target(sql: str, default_schema: str | None) -> StatementTarget:
+    """The schema and table of ``sql``; an unqualified table is in ``default_schema``."""
+    for kind, pattern in _PATTERNS:
+        match = pattern.match(sql)
+        if match is None:
+            continue
+        parts = _split(match.group("name"))
+        if kind == "database":
+            return StatementTarget(parts[0], None)
+        if len(parts) == 2:
+            return StatementTarget(parts[0], parts[1])
+        return StatementTarget(default_schema, parts[0])
+    return StatementTarget(default_schema, None)

@@ -1,0 +1,123 @@
+"""Tungsten's tracking schema ``tungsten_<service>``: the five tables of seeds/003.
+
+Defined once with SQLAlchemy Core so every SQL dialect (MariaDB/MySQL source and targets,
+PostgreSQL, Oracle) gets the same tables with its own types.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+TIMESTAMP = sa.TIMESTAMP(timezone=False)
+
+
+def tracking_metadata(schema: str) -> sa.MetaData:
+    """The five tracking tables in ``schema``."""
+    meta = sa.MetaData(schema=schema)
+    sa.Table(
+        "trep_commit_seqno", meta,
+        sa.Column("task_id", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("seqno", sa.BigInteger), sa.Column("fragno", sa.SmallInteger),
+        sa.Column("last_frag", sa.CHAR(1)), sa.Column("source_id", sa.String(128)),
+        sa.Column("epoch_number", sa.BigInteger), sa.Column("eventid", sa.String(128)),
+        sa.Column("applied_latency", sa.Integer), sa.Column("update_timestamp", TIMESTAMP),
+        sa.Column("shard_id", sa.String(128)), sa.Column("extract_timestamp", TIMESTAMP),
+        sa.Column("connection_id", sa.BigInteger),
+    )
+    sa.Table(
+        "heartbeat", meta,
+        sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("seqno", sa.BigInteger), sa.Column("eventid", sa.String(128)),
+        sa.Column("source_tstamp", TIMESTAMP), sa.Column("target_tstamp", TIMESTAMP),
+        sa.Column("lag_millis", sa.BigInteger), sa.Column("salt", sa.BigInteger),
+        sa.Column("name", sa.String(128)),
+    )
+    sa.Table(
+        "consistency", meta,
+        sa.Column("db", sa.CHAR(64), primary_key=True),
+        sa.Column("tbl", sa.CHAR(64), primary_key=True),
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("row_offset", sa.Integer, nullable=False),
+        sa.Column("row_limit", sa.Integer, nullable=False),
+        sa.Column("this_crc", sa.CHAR(40)), sa.Column("this_cnt", sa.Integer),
+        sa.Column("master_crc", sa.CHAR(40)), sa.Column("master_cnt", sa.Integer),
+        sa.Column("ts", TIMESTAMP), sa.Column("method", sa.CHAR(32)),
+    )
+    sa.Table(
+        "trep_shard", meta,
+        sa.Column("shard_id", sa.String(128), primary_key=True),
+        sa.Column("master", sa.String(128)), sa.Column("critical", sa.SmallInteger),
+    )
+    sa.Table(
+        "trep_shard_channel", meta,
+        sa.Column("shard_id", sa.String(128), primary_key=True),
+        sa.Column("channel", sa.Integer),
+    )
+    return meta
+
+
+@dataclass(frozen=True)
+class CommitSeqno:
+    """One row of ``trep_commit_seqno``: a position, on a transaction boundary."""
+
+    seqno: int
+    epoch: int
+    eventid: str
+    source_id: str
+    shard_id: str = ""
+    fragno: int = 0
+    last_frag: bool = True
+    task_id: int = 0
+    applied_latency: int = 0
+    extract_timestamp: dt.datetime | None = None
+
+    def row(self) -> dict[str, object]:
+        return {
+            "task_id": self.task_id, "seqno": self.seqno, "fragno": self.fragno,
+            "last_frag": "1" if self.last_frag else "0", "source_id": self.source_id,
+            "epoch_number": self.epoch, "eventid": self.eventid,
+            "applied_latency": self.applied_latency,
+            "update_timestamp": dt.datetime.now(dt.UTC).replace(tzinfo=None),
+            "shard_id": self.shard_id, "extract_timestamp": self.extract_timestamp,
+            "connection_id": None,
+        }
+
+
+class CommitSeqnoTable:
+    """Reads and writes ``trep_commit_seqno`` inside the caller's transaction."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        self.metadata = tracking_metadata(schema)
+        self.table = self.metadata.tables[f"{schema}.trep_commit_seqno"]
+
+    def create(self, conn: sa.Connection) -> None:
+        """Create the schema (where the dialect has them) and the five tables if missing."""
+        if conn.dialect.name in ("mysql", "mariadb", "postgresql"):
+            q = conn.dialect.identifier_preparer.quote(self.schema)
+            conn.execute(sa.text(f"CREATE SCHEMA IF NOT EXISTS {q}"))
+        self.metadata.create_all(conn)
+
+    def read(self, conn: sa.Connection, task_id: int = 0) -> CommitSeqno | None:
+        t = self.table
+        row = conn.execute(sa.select(t).where(t.c.task_id == task_id)).mappings().first()
+        if row is None or row["seqno"] is None:
+            return None
+        return CommitSeqno(
+            seqno=row["seqno"], epoch=row["epoch_number"], eventid=row["eventid"] or "",
+            source_id=row["source_id"] or "", shard_id=row["shard_id"] or "",
+            fragno=row["fragno"] or 0, last_frag=row["last_frag"] != "0", task_id=task_id,
+            applied_latency=row["applied_latency"] or 0,
+            extract_timestamp=row["extract_timestamp"],
+        )
+
+    def write(self, conn: sa.Connection, pos: CommitSeqno) -> None:
+        """Upsert the row of ``pos.task_id`` (portable: update, insert if nothing changed)."""
+        t = self.table
+        values = pos.row()
+        done = conn.execute(sa.update(t).where(t.c.task_id == pos.task_id).values(values))
+        if done.rowcount == 0:
+            conn.execute(sa.insert(t).values(values))

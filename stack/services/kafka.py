@@ -1,0 +1,132 @@
+"""Kafka 4.x in KRaft mode (one node: broker and controller), from Maven Central jars."""
+
+from __future__ import annotations
+
+import textwrap
+import uuid
+
+from confluent_kafka.admin import AdminClient
+
+from stack import process
+from stack.fetch import maven_runtime_jars
+from stack.service import Service
+from stack.settings import HOST, JAVA_HOME, cache_dir, port
+
+KAFKA_VERSION = "4.1.1"
+#: The Kafka pom brings slf4j without a binding: without one, start-up errors are invisible.
+LOG4J_VERSION = "2.24.3"
+
+LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = STDOUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = STDOUT
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+logger.controller.name = org.apache.kafka.controller
+logger.controller.level = WARN
+"""
+
+
+class Kafka(Service):
+    """A single-node KRaft cluster with replication factors of 1, transactions enabled."""
+
+    name = "kafka"
+    start_timeout = 120.0
+
+    @property
+    def port(self) -> int:
+        return port(self.name)
+
+    @property
+    def controller_port(self) -> int:
+        return port("kafka-controller")
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def _libs(self) -> str:
+        jars = maven_runtime_jars(self.name, [
+            f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}",
+            f"org.apache.logging.log4j:log4j-slf4j2-impl:{LOG4J_VERSION}",
+            # Declared here so Maven picks the 2.x API the binding needs, not a 1.7 one.
+            "org.slf4j:slf4j-api:2.0.17",
+            f"org.apache.logging.log4j:log4j-core:{LOG4J_VERSION}",
+        ], cache_dir(f"kafka-{KAFKA_VERSION}-libs"), log=self.log)
+        return ":".join(str(j) for j in jars)
+
+    def install(self) -> None:
+        self._libs()
+
+    def _java(self, main: str, *args: str) -> list[str]:
+        return [str(JAVA_HOME / "bin" / "java"), "-Xms256m", "-Xmx768m",
+                "-XX:+UseG1GC", "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
+                "-cp", self._libs(), main, *args]
+
+    def _write_config(self) -> str:
+        props = self.dir / "server.properties"
+        props.write_text(textwrap.dedent(f"""\
+            process.roles=broker,controller
+            node.id=1
+            controller.quorum.voters=1@{HOST}:{self.controller_port}
+            listeners=PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}
+            advertised.listeners=PLAINTEXT://{HOST}:{self.port}
+            controller.listener.names=CONTROLLER
+            inter.broker.listener.name=PLAINTEXT
+            listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+            log.dirs={self.dir / 'data'}
+            num.partitions=1
+            default.replication.factor=1
+            offsets.topic.replication.factor=1
+            offsets.topic.num.partitions=4
+            transaction.state.log.replication.factor=1
+            transaction.state.log.min.isr=1
+            transaction.state.log.num.partitions=4
+            share.coordinator.state.topic.replication.factor=1
+            share.coordinator.state.topic.min.isr=1
+            group.initial.rebalance.delay.ms=0
+            auto.create.topics.enable=false
+            num.network.threads=2
+            num.io.threads=4
+            log.cleaner.threads=1
+            message.max.bytes=16777216
+            replica.fetch.max.bytes=16777216
+            """))
+        (self.dir / "log4j2.properties").write_text(LOG4J2)
+        return str(props)
+
+    def launch(self) -> None:
+        props = self._write_config()
+        if not (self.dir / "data" / "meta.properties").exists():
+            process.run(self.name, self._java("kafka.tools.StorageTool", "format",
+                                              "-t", str(uuid.uuid4()), "-c", props,
+                                              "--ignore-formatted"),
+                        log=self.log, env={"JAVA_HOME": str(JAVA_HOME)})
+        process.spawn(self.name, self._java("kafka.Kafka", props), log=self.log,
+                      pid_file=self.pid_file, env={"JAVA_HOME": str(JAVA_HOME)})
+
+    def admin(self) -> AdminClient:
+        """An admin client of this broker."""
+        return AdminClient({"bootstrap.servers": self.bootstrap})
+
+    def ready(self) -> bool:
+        if not process.port_open(self.port):
+            return False
+        try:
+            meta = self.admin().list_topics(timeout=2)
+        except Exception:  # noqa: BLE001 - any failure means "not yet"
+            return False
+        return bool(meta.brokers)
+
+    def version(self) -> str:
+        return KAFKA_VERSION
+
+
+def service() -> Kafka:
+    """The local Kafka broker."""
+    return Kafka()

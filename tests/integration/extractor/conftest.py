@@ -1,0 +1,160 @@
+"""Fixtures for extractor tests: a fresh service per test, run in a thread or a process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+import yaml
+
+from extractor.service import Extractor
+from replicator.config import ReplicatorConfig, load_config
+from stack.service import Service
+from stack.services.mariadb import MariaDB
+from stack.settings import REPO_ROOT
+from thl_topics.event import ThlEvent
+from thl_topics.reader import ThlReader
+
+
+class ServiceUnderTest:
+    """One replicator service (its own THL topic, tracking schema and znodes) and a schema."""
+
+    def __init__(self, tmp_path: Path, source: MariaDB, kafka: Service,
+                 zookeeper: Service, **extractor: Any) -> None:
+        self.name = f"t{uuid.uuid4().hex[:10]}"
+        self.schema = f"src_{self.name}"
+        self.source = source
+        self.config_path = tmp_path / f"{self.name}.yml"
+        self.config_path.write_text(yaml.safe_dump({
+            "service": self.name,
+            "kafka": {"bootstrap_servers": f"127.0.0.1:{kafka.port}"},
+            "zookeeper": {"hosts": f"127.0.0.1:{zookeeper.port}"},
+            "extractor": {"source": {"host": "127.0.0.1", "port": source.port,
+                                     "user": "root", "password": ""},
+                          "server_id": 2000 + int(self.name[1:5], 16) % 5000,
+                          "filters": {"replicate": [f"{self.schema}.*"]},
+                          **extractor},
+        }))
+        self.cfg: ReplicatorConfig = load_config(self.config_path)
+        self.sql(f"CREATE DATABASE {self.schema}")
+        self.log_path = tmp_path / f"{self.name}.log"
+
+    def sql(self, *statements: str, params: Any = None) -> list[tuple[Any, ...]]:
+        """Run statements on the source in one transaction; ``params`` bind the last one."""
+        conn = pymysql.connect(host="127.0.0.1", port=self.source.port, user="root",
+                               password="", database=None, charset="utf8mb4",
+                               autocommit=False)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SET time_zone = '+00:00'")
+                for i, stmt in enumerate(statements):
+                    cur.execute(stmt, params if i == len(statements) - 1 else None)
+                rows = list(cur.fetchall())
+            conn.commit()
+            return rows
+        finally:
+            conn.close()
+
+    def reader(self) -> ThlReader:
+        return ThlReader(self.cfg.kafka.bootstrap_servers, self.cfg.thl_topic)
+
+    def events(self) -> list[ThlEvent]:
+        """Every event of the THL, decoded, in order (fails on an undecodable record)."""
+        with self.reader() as reader:
+            low, _ = reader.watermarks()
+            out = []
+            for rec in reader.records(low):
+                assert rec.event is not None, rec.error
+                out.append(rec.event)
+            return out
+
+    def wait_for_tail(self, seqno: int, timeout: float = 60) -> None:
+        """Until the THL's last record is the complete transaction ``seqno`` or later."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.reader() as reader:
+                tail = reader.tail()
+            if tail is not None and tail.seqno >= seqno and tail.event is not None \
+                    and tail.event.last_frag:
+                return
+            time.sleep(0.3)
+        raise AssertionError(f"THL of {self.name} did not reach seqno {seqno} in {timeout} s")
+
+    def wait_for_seqno(self, seqno: int, timeout: float = 60) -> list[ThlEvent]:
+        """Every event, once the THL holds the complete transaction ``seqno``."""
+        self.wait_for_tail(seqno, timeout)
+        return self.events()
+
+    def start_thread(self) -> tuple[Extractor, threading.Thread]:
+        ex = Extractor(self.cfg)
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                ex.run()
+            except BaseException as exc:  # surfaced by stop_thread
+                errors.append(exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.errors = errors  # type: ignore[attr-defined]
+        thread.start()
+        return ex, thread
+
+    def start_process(self) -> subprocess.Popen[bytes]:
+        """An extractor in its own process (for kill tests), logging to ``log_path``."""
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+        with self.log_path.open("ab") as log:
+            return subprocess.Popen([sys.executable, "-m", "extractor", "-c",
+                                     str(self.config_path)], stdout=log, stderr=log,
+                                    env=env, cwd=REPO_ROOT)
+
+    def cleanup(self) -> None:
+        self.sql(f"DROP DATABASE IF EXISTS {self.schema}",
+                 f"DROP DATABASE IF EXISTS {self.cfg.tracking_schema}")
+
+
+@pytest.fixture
+def make_service(tmp_path: Path, mariadb_source: MariaDB, kafka: Service,
+                 zookeeper: Service) -> Iterator[Callable[..., ServiceUnderTest]]:
+    made: list[ServiceUnderTest] = []
+
+    def make(**extractor: Any) -> ServiceUnderTest:
+        svc = ServiceUnderTest(tmp_path, mariadb_source, kafka, zookeeper, **extractor)
+        made.append(svc)
+        return svc
+
+    yield make
+    for svc in made:
+        svc.cleanup()
+
+
+@pytest.fixture
+def running(make_service: Callable[..., ServiceUnderTest]) -> Iterator[ServiceUnderTest]:
+    """A service whose extractor runs in a thread for the duration of the test."""
+    svc = make_service()
+    ex, thread = svc.start_thread()
+    _wait_leading(svc, ex, thread)
+    yield svc
+    ex.stop()
+    thread.join(30)
+    assert not thread.is_alive(), "extractor did not stop within 30 s"
+    assert not thread.errors, thread.errors  # type: ignore[attr-defined]
+
+
+def _wait_leading(svc: ServiceUnderTest, ex: Extractor, thread: threading.Thread) -> None:
+    """Until the extractor's binlog start position is fixed."""
+    deadline = time.monotonic() + 60
+    while not ex.streaming.is_set():
+        errors = thread.errors  # type: ignore[attr-defined]
+        assert not errors, errors
+        assert time.monotonic() < deadline, "extractor did not start streaming within 60 s"
+        time.sleep(0.1)

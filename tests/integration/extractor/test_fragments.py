@@ -1,0 +1,68 @@
+"""A 1,000,000-row transaction arrives as fragments, with bounded extractor memory."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from thl_topics.event import RowChange
+
+from .conftest import ServiceUnderTest
+
+ROWS = 1_000_000
+FRAGMENT_ROWS = 20_000
+
+
+def _rss_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def test_million_row_transaction_is_fragmented(
+        make_service: Callable[..., ServiceUnderTest]) -> None:
+    svc = make_service(fragment_rows=FRAGMENT_ROWS, fragment_bytes=64 * 1024 * 1024)
+    s = svc.schema
+    svc.sql(f"CREATE TABLE {s}.big (id INT PRIMARY KEY, v VARCHAR(40))")
+    proc = svc.start_process()
+    try:
+        svc.wait_for_seqno(0, timeout=120)  # the CREATE TABLE: the extractor is streaming
+        baseline = _rss_kib(proc.pid, "VmRSS")
+        svc.sql(f"INSERT INTO {s}.big SELECT seq, CONCAT('row-', seq, '-', REPEAT('x', 20)) "
+                f"FROM seq_1_to_{ROWS}")
+        deadline = time.monotonic() + 900
+        with svc.reader() as reader:
+            while time.monotonic() < deadline:
+                tail = reader.tail()
+                if tail is not None and tail.seqno >= 1:
+                    break
+                time.sleep(1)
+        peak = _rss_kib(proc.pid, "VmHWM")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+
+    frags = []
+    total_rows = 0
+    first_ids: list[int] = []
+    with svc.reader() as reader:
+        for rec in reader.records(reader.offset_of(1)):
+            assert rec.event is not None, rec.error
+            frags.append((rec.event.fragno, rec.event.last_frag))
+            for item in rec.event.data:
+                assert isinstance(item, RowChange)
+                total_rows += len(item.column_values)
+                first_ids.append(item.column_values[0][0])  # type: ignore[arg-type]
+    assert total_rows == ROWS
+    assert [f for f, _ in frags] == list(range(len(frags)))
+    assert [last for _, last in frags] == [False] * (len(frags) - 1) + [True]
+    assert len(frags) >= ROWS // (2 * FRAGMENT_ROWS)
+    assert first_ids == sorted(first_ids)
+    # Holding the transaction whole would take hundreds of MiB of Python objects.
+    growth_mib = (peak - baseline) / 1024
+    print(f"extractor RSS: baseline {baseline / 1024:.0f} MiB, peak {peak / 1024:.0f} MiB, "
+          f"{len(frags)} fragments")
+    assert growth_mib < 150, f"extractor memory grew by {growth_mib:.0f} MiB"

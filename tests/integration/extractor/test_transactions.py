@@ -1,0 +1,94 @@
+"""Source transactions become exactly the expected THL events, in commit order."""
+
+from __future__ import annotations
+
+from thl_topics.event import RowAction, RowChange, Statement, ThlEvent, ThlValue
+
+from .conftest import ServiceUnderTest
+
+
+def _rows(event: ThlEvent) -> list[tuple[str, str, list[list[ThlValue]], list[list[ThlValue]]]]:
+    out = []
+    for item in event.data:
+        assert isinstance(item, RowChange)
+        out.append((item.action.value, item.table, item.column_values, item.key_values))
+    return out
+
+
+def test_multi_statement_transactions_in_commit_order(running: ServiceUnderTest) -> None:
+    s = running.schema
+    running.sql(f"CREATE TABLE {s}.a (id INT PRIMARY KEY, v VARCHAR(10))",)
+    running.sql(f"CREATE TABLE {s}.nokey (x INT, y VARCHAR(10))")
+    running.sql(f"INSERT INTO {s}.a VALUES (1, 'one'), (2, 'two')",
+                f"INSERT INTO {s}.nokey VALUES (7, 'dup'), (7, 'dup')",
+                f"UPDATE {s}.a SET v = 'uno' WHERE id = 1")
+    running.sql(f"DELETE FROM {s}.a WHERE id = 2",
+                f"UPDATE {s}.nokey SET y = 'once' WHERE x = 7 LIMIT 1",
+                f"DELETE FROM {s}.nokey")
+    events = running.wait_for_seqno(3)
+
+    assert [e.seqno for e in events] == [0, 1, 2, 3]
+    assert all(e.last_frag and e.fragno == 0 for e in events)
+    assert len({e.epoch for e in events}) == 1
+    assert isinstance(events[0].data[0], Statement)
+    assert events[0].data[0].sql.startswith("CREATE TABLE")
+    assert events[0].data[0].default_schema is None or events[0].data[0].default_schema == ""
+    assert _rows(events[2]) == [
+        ("INSERT", "a", [[1, "one"], [2, "two"]], []),
+        ("INSERT", "nokey", [[7, "dup"], [7, "dup"]], []),
+        ("UPDATE", "a", [[1, "uno"]], [[1, "one"]]),
+    ]
+    assert _rows(events[3]) == [
+        ("DELETE", "a", [], [[2, "two"]]),
+        ("UPDATE", "nokey", [[7, "once"]], [[7, "dup"]]),
+        ("DELETE", "nokey", [], [[7, "once"], [7, "dup"]]),
+    ]
+    rows_a = events[2].data[0]
+    assert isinstance(rows_a, RowChange)
+    assert [(c.name, c.type, c.primary_key) for c in rows_a.column_specs] == [
+        ("id", "INT", True), ("v", "VARCHAR", False)]
+    for e in events:
+        assert e.shard_id == s
+        assert e.metadata["service"] == running.name
+        assert e.metadata["mysql_server_id"] == "1"
+        assert "gtid" in e.metadata
+        assert e.event_id.startswith("mariadb-bin.")
+    # event ids grow with seqno: the binlog order is the commit order
+    assert [e.event_id for e in events] == sorted(e.event_id for e in events)
+
+
+def test_ddl_in_place_and_rows_after_alter_carry_new_columns(
+        running: ServiceUnderTest) -> None:
+    s = running.schema
+    running.sql(f"CREATE TABLE {s}.t (id INT PRIMARY KEY)")
+    running.sql(f"INSERT INTO {s}.t VALUES (1)")
+    running.sql(f"ALTER TABLE {s}.t ADD COLUMN note VARCHAR(20) DEFAULT 'x'")
+    running.sql(f"INSERT INTO {s}.t VALUES (2, 'after')")
+    running.sql(f"DROP TABLE {s}.t")
+    events = running.wait_for_seqno(4)
+    kinds = [type(e.data[0]).__name__ for e in events]
+    assert kinds == ["Statement", "RowChange", "Statement", "RowChange", "Statement"]
+    alter = events[2].data[0]
+    assert isinstance(alter, Statement) and alter.sql.startswith("ALTER TABLE")
+    assert alter.options["foreign_key_checks"] == "1"
+    assert "sql_mode" in alter.options
+    before, after = events[1].data[0], events[3].data[0]
+    assert isinstance(before, RowChange) and isinstance(after, RowChange)
+    assert [c.name for c in before.column_specs] == ["id"]
+    assert [c.name for c in after.column_specs] == ["id", "note"]
+    assert after.column_values == [[2, "after"]]
+    assert after.action is RowAction.INSERT
+    drop = events[4].data[0]
+    assert isinstance(drop, Statement) and drop.sql.startswith("DROP TABLE")
+
+
+def test_filtered_transactions_take_no_seqno(running: ServiceUnderTest) -> None:
+    running.sql("CREATE DATABASE IF NOT EXISTS unrelated_schema")
+    running.sql("CREATE TABLE IF NOT EXISTS unrelated_schema.t (id INT)")
+    running.sql("INSERT INTO unrelated_schema.t VALUES (1)")
+    running.sql(f"CREATE TABLE {running.schema}.t (id INT PRIMARY KEY)")
+    events = running.wait_for_seqno(0)
+    assert len(events) == 1
+    assert isinstance(events[0].data[0], Statement)
+    assert events[0].data[0].sql.startswith(f"CREATE TABLE {running.schema}.t")
+    running.sql("DROP DATABASE unrelated_schema")

@@ -1,0 +1,41 @@
+"""thl list's text layout follows Tungsten's (seeds/000)."""
+
+from __future__ import annotations
+
+from replicator.cli.thl_format import format_event
+from thl_topics.event import ColumnSpec, RowAction, RowChange, Statement, ThlEvent
+
+
+def test_row_and_statement_layout() -> None:
+    spec = [ColumnSpec(1, "id", "INT", primary_key=True), ColumnSpec(2, "name", "VARCHAR")]
+    event = ThlEvent(
+        seqno=3583, epoch=2500, source_id="host1",
+        event_id="mysql-bin.000007:0000000625753960;0", shard_id="test",
+        tstamp=1_369_655_385_000_000,
+        metadata={"mysql_server_id": "1687011", "dbms_type": "mysql", "service": "firstrep",
+                  "shard": "test"},
+        data=[Statement("SET INSERT_ID = 3", default_schema="test",
+                        options={"autocommit": "1"}),
+              RowChange(RowAction.UPDATE, "test", "user", column_specs=spec, key_specs=spec,
+                        column_values=[[2, "Charles"]], key_values=[[2, None]])])
+    assert format_event(event).splitlines() == [
+        "SEQ# = 3583 / FRAG# = 0 (last frag)",
+        "- TIME = 2013-05-27 11:49:45.0",
+        "- EPOCH# = 2500",
+        "- EVENTID = mysql-bin.000007:0000000625753960;0",
+        "- SOURCEID = host1",
+        "- METADATA = [mysql_server_id=1687011;dbms_type=mysql;service=firstrep;shard=test]",
+        "- TYPE = tungsten.thl.ThlEvent",
+        "- OPTIONS = [autocommit = 1]",
+        "- SCHEMA = test",
+        "- SQL(0) = SET INSERT_ID = 3",
+        "- SQL(1) =",
+        " - ACTION = UPDATE",
+        " - SCHEMA = test",
+        " - TABLE = user",
+        " - ROW# = 0",
+        "  - COL(1: id) = 2",
+        "  - COL(2: name) = Charles",
+        "  - KEY(1: id) = 2",
+        "  - KEY(2: name) = NULL",
+    ]

@@ -1,0 +1,78 @@
+"""Creating the THL topic, and refusing an existing one whose settings would break the THL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+)
+
+from thl_topics.errors import ThlError
+
+
+class ThlTopicError(ThlError):
+    """The THL topic cannot be used as it is."""
+
+
+@dataclass(frozen=True)
+class ThlTopicSpec:
+    """How a THL topic is made: one partition (one total order), compacted, never deleted."""
+
+    name: str
+    replication_factor: int = 1
+    #: Largest record the broker takes; fragments are sized below it by the extractor.
+    max_message_bytes: int = 8 * 1024 * 1024
+
+    def configs(self) -> dict[str, str]:
+        return {
+            # Compaction keeps one record per (seqno, fragno) key: history is never deleted.
+            "cleanup.policy": "compact",
+            "max.message.bytes": str(self.max_message_bytes),
+        }
+
+
+def ensure_thl_topic(admin: AdminClient, spec: ThlTopicSpec, timeout: float = 30.0) -> None:
+    """Create the topic if missing; verify it otherwise. Raises ThlTopicError if unusable."""
+    meta = admin.list_topics(timeout=timeout)
+    if spec.name not in meta.topics:
+        futures = admin.create_topics([NewTopic(
+            spec.name, num_partitions=1, replication_factor=spec.replication_factor,
+            config=spec.configs())], operation_timeout=timeout)
+        try:
+            futures[spec.name].result(timeout)
+        except KafkaException as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise ThlTopicError(f"cannot create THL topic {spec.name}: {exc}") from exc
+    verify_thl_topic(admin, spec, timeout)
+
+
+def verify_thl_topic(admin: AdminClient, spec: ThlTopicSpec, timeout: float = 30.0) -> None:
+    """Refuse a topic that would break the THL's total order or lose history."""
+    topic = admin.list_topics(spec.name, timeout=timeout).topics.get(spec.name)
+    if topic is None or topic.error is not None:
+        raise ThlTopicError(f"THL topic {spec.name} does not exist"
+                            + (f": {topic.error}" if topic is not None else ""))
+    if len(topic.partitions) != 1:
+        raise ThlTopicError(
+            f"THL topic {spec.name} has {len(topic.partitions)} partitions; the THL is one "
+            "total order and needs exactly 1. Create a new topic (or name another one with "
+            "thl_topic) and replay into it.")
+    configs = describe_configs(admin, spec.name, timeout)
+    policy = set(configs.get("cleanup.policy", "").split(","))
+    if "compact" not in policy or "delete" in policy:
+        raise ThlTopicError(
+            f"THL topic {spec.name} has cleanup.policy={configs.get('cleanup.policy')}; it must "
+            f"be 'compact' alone, or retention deletes history. Fix it with: kafka-configs "
+            f"--alter --entity-type topics --entity-name {spec.name} "
+            "--add-config cleanup.policy=compact")
+
+
+def describe_configs(admin: AdminClient, topic: str, timeout: float = 30.0) -> dict[str, str]:
+    """The effective configuration of a topic."""
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    result = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout)
+    return {name: entry.value for name, entry in result.items()}

@@ -1,0 +1,108 @@
+"""The transactional THL producer: all fragments of a source transaction commit together.
+
+``init_transactions`` with the service's ``transactional.id`` fences any older producer of
+the same service, so a stale extractor that lost its lock can no longer write the THL.
+"""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from thl_topics.codec import ThlCodec
+from thl_topics.errors import ThlError
+from thl_topics.event import ThlEvent
+from thl_topics.records import record_headers, record_key
+
+
+class ProducerFenced(ThlError):
+    """Another extractor of this service took over: this one must stop writing."""
+
+
+class ThlProducer:
+    """Publishes THL events to partition 0 of the THL topic inside Kafka transactions."""
+
+    def __init__(self, bootstrap: str, topic: str, transactional_id: str, *,
+                 codec: ThlCodec | None = None, max_message_bytes: int = 8 << 20,
+                 timeout: float = 60.0) -> None:
+        self.topic = topic
+        self.codec = codec or ThlCodec()
+        self.timeout = timeout
+        self._errors: list[KafkaError] = []
+        self._producer = Producer({
+            "bootstrap.servers": bootstrap,
+            "transactional.id": transactional_id,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "compression.type": "lz4",
+            "message.max.bytes": max_message_bytes,
+            # A fragmented transaction of a million rows must fit in one Kafka transaction.
+            "transaction.timeout.ms": 15 * 60 * 1000,
+            # Bound the local queue: a huge transaction streams through, it is not buffered.
+            "queue.buffering.max.kbytes": 64 * 1024,
+        })
+        self._call(self._producer.init_transactions, timeout)
+        self._in_txn = False
+
+    def _call(self, fn: object, *args: object) -> None:
+        try:
+            fn(*args)  # type: ignore[operator]
+        except KafkaException as exc:
+            err: KafkaError = exc.args[0]
+            if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                              KafkaError.INVALID_PRODUCER_EPOCH):
+                raise ProducerFenced(f"{self.topic}: producer fenced by a newer extractor: "
+                                     f"{err.str()}") from exc
+            raise ThlError(f"{self.topic}: {err.str()}") from exc
+
+    def _delivered(self, err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            self._errors.append(err)
+
+    def publish(self, event: ThlEvent) -> None:
+        """Send one event inside the open transaction (opened on demand)."""
+        if not self._in_txn:
+            self._call(self._producer.begin_transaction)
+            self._in_txn = True
+        value = self.codec.encode(event)
+        while True:
+            try:
+                self._producer.produce(
+                    self.topic, value=value, key=record_key(event.seqno, event.fragno),
+                    partition=0, headers=record_headers(event, self.codec.fingerprint_hex),
+                    on_delivery=self._delivered)
+                break
+            except BufferError:
+                # The local queue is full: let deliveries drain, then try again.
+                self._producer.poll(0.1)
+            except KafkaException as exc:
+                self._call(_raise, exc)
+        self._producer.poll(0)
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._in_txn
+
+    def commit(self) -> None:
+        """Commit the open transaction; every record is durable when this returns."""
+        if not self._in_txn:
+            return
+        self._call(self._producer.commit_transaction, self.timeout)
+        self._in_txn = False
+        if self._errors:
+            errors, self._errors = self._errors, []
+            raise ThlError(f"{self.topic}: delivery failed: {errors[0].str()}")
+
+    def abort(self) -> None:
+        """Abort the open transaction (nothing of it becomes visible to read_committed)."""
+        if self._in_txn:
+            self._in_txn = False
+            self._errors.clear()
+            self._call(self._producer.abort_transaction, self.timeout)
+
+    def close(self) -> None:
+        self._producer.flush(self.timeout)
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc

@@ -1,0 +1,172 @@
+"""Reading the THL topic: seek by seqno with a binary search, then stream records in order."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from thl_topics.codec import ThlCodec
+from thl_topics.errors import ThlDecodeError, ThlError
+from thl_topics.event import ThlEvent
+from thl_topics.records import parse_key
+
+
+@dataclass(frozen=True)
+class ThlRecord:
+    """One record of the THL topic: where it is, and the event or why it did not decode."""
+
+    offset: int
+    seqno: int
+    fragno: int
+    event: ThlEvent | None
+    error: ThlDecodeError | None = None
+
+
+class ThlReader:
+    """A read-only, group-less view of one THL topic (partition 0, read_committed)."""
+
+    def __init__(self, bootstrap: str, topic: str, codec: ThlCodec | None = None,
+                 poll_timeout: float = 5.0) -> None:
+        self.topic = topic
+        self.codec = codec or ThlCodec()
+        self.poll_timeout = poll_timeout
+        self._consumer = Consumer({
+            "bootstrap.servers": bootstrap,
+            # librdkafka wants a group id even for assign(); nothing is ever committed.
+            "group.id": f"thl-reader-{uuid.uuid4()}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        })
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> ThlReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def watermarks(self) -> tuple[int, int]:
+        """(low, high) offsets: the first record kept and one past the last."""
+        low, high = self._consumer.get_watermark_offsets(
+            TopicPartition(self.topic, 0), timeout=self.poll_timeout, cached=False)
+        return int(low), int(high)
+
+    def _first_at(self, offset: int) -> Message | None:
+        """The first committed record at or after ``offset``, or None at the end."""
+        self._consumer.assign([TopicPartition(self.topic, 0, offset)])
+        while True:
+            msg = self._consumer.poll(self.poll_timeout)
+            if msg is None:
+                raise ThlError(f"{self.topic}: no answer from Kafka within {self.poll_timeout} s")
+            err = msg.error()
+            if err is None:
+                return msg
+            if err.code() == KafkaError._PARTITION_EOF:
+                return None
+            raise ThlError(f"{self.topic}: read failed at offset {offset}: {err}")
+
+    def offset_of(self, seqno: int) -> int:
+        """The offset of the first record with a seqno >= ``seqno`` (the high watermark if none).
+
+        A binary search over offsets: the partition's offsets grow with seqno, and probing an
+        offset returns the next record kept, so compaction gaps and transaction markers are
+        stepped over. O(log n) fetches.
+        """
+        lo, hi = self.watermarks()
+        while lo < hi:
+            mid = (lo + hi) // 2
+            msg = self._first_at(mid)
+            if msg is None or _offset(msg) >= hi:
+                hi = mid
+                continue
+            found, _ = parse_key(msg.key() or b"")
+            if found >= seqno:
+                hi = mid
+            else:
+                lo = _offset(msg) + 1
+        return lo
+
+    def records(self, start_offset: int, end_offset: int | None = None) -> Iterator[ThlRecord]:
+        """Records from ``start_offset`` up to ``end_offset`` (default: the current end).
+
+        A record that does not decode is yielded with its error, not raised: a reader such as
+        ``thl list`` reports it and goes on; an applier decides to stop.
+        """
+        for msg in self.raw(start_offset, end_offset):
+            yield self.to_record(msg)
+
+    def raw(self, start_offset: int, end_offset: int | None = None) -> Iterator[Message]:
+        """Undecoded messages from ``start_offset`` up to ``end_offset`` (default: the end)."""
+        end = self.watermarks()[1] if end_offset is None else end_offset
+        if start_offset >= end:
+            return
+        self._consumer.assign([TopicPartition(self.topic, 0, start_offset)])
+        while True:
+            msg = self._consumer.poll(self.poll_timeout)
+            if msg is None:
+                raise ThlError(f"{self.topic}: no answer from Kafka within {self.poll_timeout} s")
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    return
+                raise ThlError(f"{self.topic}: read failed: {err}")
+            if _offset(msg) >= end:
+                return
+            yield msg
+            if _offset(msg) + 1 >= end:
+                return
+
+    def sample(self, offset: int) -> tuple[int, int] | None:
+        """(offset, seqno) of the first record at or after ``offset``, None past the end."""
+        msg = self._first_at(offset)
+        if msg is None:
+            return None
+        return _offset(msg), parse_key(msg.key() or b"")[0]
+
+    def to_record(self, msg: Message) -> ThlRecord:
+        """Decode one Kafka message of the THL topic."""
+        offset = _offset(msg)
+        try:
+            seqno, fragno = parse_key(msg.key() or b"")
+        except (ValueError, UnicodeDecodeError):
+            err = ThlDecodeError(f"bad record key {msg.key()!r}", topic=self.topic,
+                                 partition=0, offset=offset)
+            return ThlRecord(offset, -1, -1, None, err)
+        try:
+            event = self.codec.decode(msg.value(), topic=self.topic, partition=0,
+                                      offset=offset)
+        except ThlDecodeError as exc:
+            return ThlRecord(offset, seqno, fragno, None, exc)
+        return ThlRecord(offset, seqno, fragno, event)
+
+    def tail(self) -> ThlRecord | None:
+        """The last record of the topic, or None if it is empty."""
+        low, high = self.watermarks()
+        # The last offsets may be transaction markers or aborted records: widen the window
+        # backwards until a committed record shows up.
+        step = 1
+        while high > low:
+            start = max(low, high - step)
+            last = None
+            for rec in self.records(start, high):
+                last = rec
+            if last is not None:
+                return last
+            if start == low:
+                return None
+            step *= 4
+        return None
+
+def _offset(msg: Message) -> int:
+    """A fetched record always has an offset; the stubs allow None for produced ones."""
+    offset = msg.offset()
+    if offset is None:
+        raise ThlError("Kafka returned a record without an offset")
+    return offset

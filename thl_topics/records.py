@@ -1,0 +1,64 @@
+"""Kafka keys and headers of THL records.
+
+The key is ``<seqno:020d>.<fragno:06d>``: unique per fragment, so compaction only removes a
+re-published duplicate, and it sorts in seqno order as plain text in any Kafka tool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from thl_topics.event import ThlEvent
+
+HEADER_EPOCH = "epoch"
+HEADER_FINGERPRINT = "schema_fingerprint"
+
+
+def record_key(seqno: int, fragno: int) -> bytes:
+    """The record key of fragment ``fragno`` of ``seqno``."""
+    return f"{seqno:020d}.{fragno:06d}".encode()
+
+
+def parse_key(key: bytes) -> tuple[int, int]:
+    """(seqno, fragno) from a record key; ValueError if it is not a THL key."""
+    seqno, _, fragno = key.decode("ascii").partition(".")
+    return int(seqno), int(fragno)
+
+
+def record_headers(event: ThlEvent,
+                   fingerprint_hex: str) -> list[tuple[str, str | bytes | None]]:
+    """Headers on every THL record: the epoch first, then what lets tools filter unread."""
+    return [
+        (HEADER_EPOCH, str(event.epoch).encode()),
+        ("seqno", str(event.seqno).encode()),
+        ("fragno", str(event.fragno).encode()),
+        ("last_frag", b"true" if event.last_frag else b"false"),
+        ("source_id", event.source_id.encode()),
+        ("event_id", event.event_id.encode()),
+        (HEADER_FINGERPRINT, fingerprint_hex.encode()),
+    ]
+
+
+@dataclass(frozen=True)
+class RecordHeaders:
+    """The headers of one THL record, as read back."""
+
+    epoch: int
+    seqno: int
+    fragno: int
+    last_frag: bool
+    source_id: str
+    event_id: str
+    fingerprint: str
+
+    @classmethod
+    def parse(cls, headers: object) -> RecordHeaders:
+        """Parse a message's headers; KeyError/ValueError if one is missing or malformed."""
+        pairs: Iterable[tuple[str, object]] = (
+            headers.items() if isinstance(headers, dict)
+            else headers if isinstance(headers, list) else [])
+        h = {k: v.decode() if isinstance(v, bytes) else str(v) for k, v in pairs}
+        return cls(int(h[HEADER_EPOCH]), int(h["seqno"]), int(h["fragno"]),
+                   h["last_frag"] == "true", h["source_id"], h["event_id"],
+                   h[HEADER_FINGERPRINT])
