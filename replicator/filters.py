@@ -25,8 +25,8 @@ class ReplicateFilter:
     """Keep ``replicate`` patterns (all when empty), then drop ``ignore`` patterns.
 
     Patterns are ``schema.table`` (``shop.*``, ``*.tmp_*``); a bare ``schema`` means
-    ``schema.*``. A statement matches by the table its SQL names (``replicator.sql_names``), else by its
-    default schema.
+    ``schema.*``. A statement matches by the table its SQL names
+    (``replicator.sql_names``), else by its default schema.
     """
 
     def __init__(self, replicate: Iterable[str] = (), ignore: Iterable[str] = ()) -> None:

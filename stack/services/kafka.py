@@ -119,7 +119,7 @@ class Kafka(Service):
             return False
         try:
             meta = self.admin().list_topics(timeout=2)
-        except Exception:  # noqa: BLE001 - any failure means "not yet"
+        except Exception:  # any failure means "not yet"
             return False
         return bool(meta.brokers)
 
