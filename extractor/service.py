@@ -21,6 +21,7 @@ from typing import Any
 import pymysql
 import sqlalchemy as sa
 from confluent_kafka.admin import AdminClient
+from kazoo.exceptions import LockTimeout
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
@@ -83,8 +84,11 @@ class Extractor:
             log.info("extractor %s: waiting for the leader lock of service %s",
                      self.identity, self.cfg.service)
             while not self._stop.is_set():
-                if lock.acquire(timeout=1.0):
-                    break
+                try:
+                    if lock.acquire(timeout=1.0):
+                        break
+                except LockTimeout:
+                    continue  # still standby; look at the stop flag again
             else:
                 return
             log.info("extractor %s: leader of service %s", self.identity, self.cfg.service)

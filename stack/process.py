@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import signal
 import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from stack.errors import StackError
 from stack.settings import HOST
@@ -70,12 +72,23 @@ def spawn(
                 env=full_env,
                 cwd=cwd,
                 start_new_session=True,
-                user=user,
+                **_identity(user),
             )
         except OSError as exc:
             raise StackError(service, f"cannot run {argv[0]}: {exc}", log) from exc
     pid_file.write_text(str(proc.pid))
     return proc.pid
+
+
+def _identity(user: str | None) -> dict[str, Any]:
+    """Popen arguments to run as ``user`` with its own groups, not root's.
+
+    ``user=`` alone keeps gid 0, and group bits then deny what "other" bits would allow.
+    """
+    if user is None:
+        return {}
+    entry = pwd.getpwnam(user)
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
 
 
 def wait_until(
@@ -134,7 +147,7 @@ def run(service: str, argv: Sequence[str], *, log: Path | None = None,
     try:
         done = subprocess.run(
             list(argv), capture_output=True, text=True, env=full_env, cwd=cwd,
-            timeout=timeout, user=user, check=False,
+            timeout=timeout, check=False, **_identity(user),
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise StackError(service, f"{argv[0]} failed: {exc}", log) from exc
@@ -143,8 +156,9 @@ def run(service: str, argv: Sequence[str], *, log: Path | None = None,
         with log.open("a") as out:
             out.write(f"$ {' '.join(argv)}\n{done.stdout}{done.stderr}\n")
     if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise StackError(
-            service, f"{' '.join(argv[:2])} exited {done.returncode}: {tail[0]}", log
-        )
-    return done.stdout
+        lines = [ln.strip() for ln in (done.stdout + done.stderr).splitlines() if ln.strip()]
+        # The first line that says ERROR names the cause (Maven prints it first, then help).
+        errors = [ln for ln in lines if "ERROR" in ln or "error" in ln]
+        reason = (errors or lines or ["no output"])[0][:300]
+        raise StackError(service, f"{' '.join(argv[:2])} exited {done.returncode}: {reason}", log)
+    return str(done.stdout)

@@ -24,3 +24,7 @@ class ThlDecodeError(ThlError):
         if offset is not None:
             where += f" at offset {offset}"
         super().__init__(f"{where}: cannot decode: {reason}")
+
+
+class ThlTopicMissing(ThlError):
+    """The THL topic does not exist (yet): no extractor has created it."""

@@ -6,10 +6,10 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from thl_topics.codec import ThlCodec
-from thl_topics.errors import ThlDecodeError, ThlError
+from thl_topics.errors import ThlDecodeError, ThlError, ThlTopicMissing
 from thl_topics.event import ThlEvent
 from thl_topics.records import parse_key
 
@@ -54,8 +54,16 @@ class ThlReader:
 
     def watermarks(self) -> tuple[int, int]:
         """(low, high) offsets: the first record kept and one past the last."""
-        low, high = self._consumer.get_watermark_offsets(
-            TopicPartition(self.topic, 0), timeout=self.poll_timeout, cached=False)
+        try:
+            low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(self.topic, 0), timeout=self.poll_timeout, cached=False)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.code() in (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC,
+                              KafkaError.UNKNOWN_TOPIC_OR_PART):
+                raise ThlTopicMissing(f"THL topic {self.topic} does not exist; start the "
+                                      "service's extractor first (it creates the topic)") from exc
+            raise ThlError(f"{self.topic}: cannot read offsets: {err.str()}") from exc
         return int(low), int(high)
 
     def _first_at(self, offset: int) -> Message | None:

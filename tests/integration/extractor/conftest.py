@@ -21,6 +21,7 @@ from replicator.config import ReplicatorConfig, load_config
 from stack.service import Service
 from stack.services.mariadb import MariaDB
 from stack.settings import REPO_ROOT
+from thl_topics.errors import ThlTopicMissing
 from thl_topics.event import ThlEvent
 from thl_topics.reader import ThlReader
 
@@ -45,7 +46,8 @@ class ServiceUnderTest:
                           **extractor},
         }))
         self.cfg: ReplicatorConfig = load_config(self.config_path)
-        self.sql(f"CREATE DATABASE {self.schema}")
+        self.sql(f"CREATE DATABASE {self.schema}",
+                 f"CREATE TABLE {self.schema}.ready (n INT AUTO_INCREMENT PRIMARY KEY)")
         self.log_path = tmp_path / f"{self.name}.log"
 
     def sql(self, *statements: str, params: Any = None) -> list[tuple[Any, ...]]:
@@ -81,13 +83,44 @@ class ServiceUnderTest:
         """Until the THL's last record is the complete transaction ``seqno`` or later."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            with self.reader() as reader:
-                tail = reader.tail()
+            try:
+                with self.reader() as reader:
+                    tail = reader.tail()
+            except ThlTopicMissing:
+                tail = None  # the extractor has not created it yet
             if tail is not None and tail.seqno >= seqno and tail.event is not None \
                     and tail.event.last_frag:
                 return
             time.sleep(0.3)
         raise AssertionError(f"THL of {self.name} did not reach seqno {seqno} in {timeout} s")
+
+    def tail_seqno(self) -> int:
+        """Seqno of the THL's last record, -1 if there is none (or no topic yet)."""
+        try:
+            with self.reader() as reader:
+                tail = reader.tail()
+        except ThlTopicMissing:
+            return -1
+        return -1 if tail is None else tail.seqno
+
+    def wait_streaming(self, after: int = -1, proc: subprocess.Popen[bytes] | None = None,
+                       timeout: float = 90) -> int:
+        """Commit marker rows until the THL shows an event past ``after``; its seqno.
+
+        An extractor starts at the binlog's current end, so this is how a test knows that
+        what it commits from now on will be extracted.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                raise AssertionError(f"extractor exited with {proc.returncode}: "
+                                     f"{self.log_path.read_text()[-3000:]}")
+            self.sql(f"INSERT INTO {self.schema}.ready VALUES ()")
+            seqno = self.tail_seqno()
+            if seqno > after:
+                return seqno
+            time.sleep(0.3)
+        raise AssertionError(f"extractor of {self.name} produced nothing within {timeout} s")
 
     def wait_for_seqno(self, seqno: int, timeout: float = 60) -> list[ThlEvent]:
         """Every event, once the THL holds the complete transaction ``seqno``."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 
@@ -14,26 +13,17 @@ from .workload import NumberedWorkload, numbered_transactions
 KILLS = 20
 
 
-def _wait_streaming(svc: ServiceUnderTest, proc: subprocess.Popen[bytes], after: int,
-                    timeout: float = 60) -> None:
-    """Until the THL has an event of this incarnation (seqno > ``after``)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"extractor exited with {proc.returncode}: " \
-                                    f"{svc.log_path.read_text()[-2000:]}"
-        with svc.reader() as reader:
-            tail = reader.tail()
-        if tail is not None and tail.seqno > after:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"extractor produced nothing within {timeout} s")
-
-
 def _check_thl(svc: ServiceUnderTest, committed: int) -> list[int]:
-    events = svc.wait_for_seqno(committed, timeout=120)  # seqno 0 is the CREATE TABLE
+    """The THL holds workload transactions 1..committed once each, in order; the epochs."""
+    deadline = time.monotonic() + 120
+    while True:
+        events = svc.events()
+        ks = numbered_transactions(events)
+        if (ks and ks[-1] >= committed) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert [e.seqno for e in events] == list(range(len(events))), "seqnos are not gapless"
     assert all(e.last_frag for e in events)
-    ks = numbered_transactions(events)
     assert ks == list(range(1, committed + 1)), "transactions lost, repeated or reordered"
     epochs = [e.epoch for e in events]
     assert epochs == sorted(epochs)
@@ -46,7 +36,7 @@ def test_sigkill_at_random_points(make_service: Callable[..., ServiceUnderTest])
     rng = random.Random(20261122)
     workload = NumberedWorkload(svc.source.port, svc.schema)
     proc = svc.start_process()
-    _wait_streaming(svc, proc, after=-1)
+    svc.wait_streaming(proc=proc)
     workload.start()
     incarnations = 1
     try:
@@ -54,12 +44,10 @@ def test_sigkill_at_random_points(make_service: Callable[..., ServiceUnderTest])
             time.sleep(rng.uniform(0.2, 2.0))
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)
-            with svc.reader() as reader:
-                tail = reader.tail()
-            last = tail.seqno if tail is not None else -1
+            last = svc.tail_seqno()
             proc = svc.start_process()
             incarnations += 1
-            _wait_streaming(svc, proc, after=last)
+            svc.wait_streaming(after=last, proc=proc)
     finally:
         committed = workload.stop()
     try:
@@ -77,18 +65,16 @@ def test_standby_takes_over_without_gap_or_duplicate(
     _short_session(svc)
     workload = NumberedWorkload(svc.source.port, svc.schema)
     active = svc.start_process()
-    _wait_streaming(svc, active, after=-1)
+    svc.wait_streaming(proc=active)
     standby = svc.start_process()
     workload.start()
     try:
         time.sleep(3)
         assert standby.poll() is None
-        with svc.reader() as reader:
-            before = reader.tail()
-        assert before is not None
+        before = svc.tail_seqno()
         active.send_signal(signal.SIGKILL)
         active.wait(10)
-        _wait_streaming(svc, standby, after=before.seqno + 5, timeout=60)
+        svc.wait_streaming(after=before + 5, proc=standby)
     finally:
         committed = workload.stop()
     try:

@@ -29,17 +29,15 @@ def test_million_row_transaction_is_fragmented(
     svc.sql(f"CREATE TABLE {s}.big (id INT PRIMARY KEY, v VARCHAR(40))")
     proc = svc.start_process()
     try:
-        svc.wait_for_seqno(0, timeout=120)  # the CREATE TABLE: the extractor is streaming
+        start = svc.wait_streaming(proc=proc)
+        time.sleep(1)  # let the last markers drain
+        start = svc.tail_seqno()
         baseline = _rss_kib(proc.pid, "VmRSS")
         svc.sql(f"INSERT INTO {s}.big SELECT seq, CONCAT('row-', seq, '-', REPEAT('x', 20)) "
-                f"FROM seq_1_to_{ROWS}")
+                f"FROM {s}.seq_1_to_{ROWS}")
         deadline = time.monotonic() + 900
-        with svc.reader() as reader:
-            while time.monotonic() < deadline:
-                tail = reader.tail()
-                if tail is not None and tail.seqno >= 1:
-                    break
-                time.sleep(1)
+        while time.monotonic() < deadline and svc.tail_seqno() <= start:
+            time.sleep(1)
         peak = _rss_kib(proc.pid, "VmHWM")
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -49,7 +47,7 @@ def test_million_row_transaction_is_fragmented(
     total_rows = 0
     first_ids: list[int] = []
     with svc.reader() as reader:
-        for rec in reader.records(reader.offset_of(1)):
+        for rec in reader.records(reader.offset_of(start + 1)):
             assert rec.event is not None, rec.error
             frags.append((rec.event.fragno, rec.event.last_frag))
             for item in rec.event.data:
