@@ -5,10 +5,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv test test-unit test-integration lint demo stack-up stack-down stack-status clean
+.PHONY: help venv test test-unit test-integration lint demo bench stack-up stack-down stack-status clean
 
 help:
-	@echo "make demo          bring the local stack up and show its status"
+	@echo "make demo          bring the local stack up, extract a workload, show it with thl list"
+	@echo "make bench         extraction benchmark (JSON in bench/results/)"
 	@echo "make test          lint, unit tests and integration tests against the real servers"
 	@echo "make stack-up | stack-down | stack-status"
 	@echo "make lint          ruff + mypy"
@@ -40,6 +41,11 @@ test: lint $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m stack up
+	$(PY) demo/run_demo.py
+
+bench: $(STAMP)
+	$(PY) -m stack up zookeeper kafka mariadb-source
+	$(PY) bench/extract_bench.py
 
 stack-up: $(STAMP)
 	$(PY) -m stack up
