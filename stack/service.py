@@ -6,7 +6,7 @@ import abc
 from dataclasses import dataclass
 from pathlib import Path
 
-from stack import process
+from stack import process, settings
 from stack.errors import StackError
 from stack.settings import service_dir
 
@@ -100,3 +100,11 @@ class Service(abc.ABC):
         except Exception as exc:  # a status table must never crash on one bad probe
             version = f"? ({type(exc).__name__})"
         return ServiceStatus(self.name, self.port, up, version, self.log)
+
+
+class TcpService(Service):
+    """A server listening on 127.0.0.1 at ``TREP_<NAME>_PORT`` (or its default port)."""
+
+    @property
+    def port(self) -> int:
+        return settings.port(self.name)

@@ -19,22 +19,19 @@ from typing import Any
 
 from stack import process
 from stack.fetch import maven_file
-from stack.service import Service
+from stack.service import TcpService
 from stack.settings import HOST, JAVA_HOME, cache_dir, port
 from stack.users import hand_over, service_user
 
 ES_VERSION = "8.19.21"
 
 
-class Elasticsearch(Service):
+class Elasticsearch(TcpService):
     """A single-node cluster on 127.0.0.1 with a 512 MiB heap."""
 
     name = "elasticsearch"
     start_timeout = 180.0
 
-    @property
-    def port(self) -> int:
-        return port(self.name)
 
     @property
     def url(self) -> str:

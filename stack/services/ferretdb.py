@@ -16,8 +16,8 @@ from pymongo.errors import PyMongoError
 
 from stack import process
 from stack.errors import StackError
-from stack.service import Service
-from stack.settings import HOST, REPO_ROOT, cache_dir, port
+from stack.service import TcpService
+from stack.settings import HOST, REPO_ROOT, cache_dir
 
 SOURCE_DIR = REPO_ROOT / "stack" / "ferretdb"
 FERRETDB_VERSION = "1.24.0"
@@ -32,15 +32,12 @@ def _go() -> str:
     return go
 
 
-class FerretDB(Service):
+class FerretDB(TcpService):
     """FerretDB listening on 127.0.0.1 with its SQLite files under the run directory."""
 
     name = "ferretdb"
     start_timeout = 60.0
 
-    @property
-    def port(self) -> int:
-        return port(self.name)
 
     @property
     def binary(self) -> Path:

@@ -9,7 +9,7 @@ from confluent_kafka.admin import AdminClient
 
 from stack import process
 from stack.fetch import maven_runtime_jars
-from stack.service import Service
+from stack.service import TcpService
 from stack.settings import HOST, JAVA_HOME, cache_dir, port
 
 KAFKA_VERSION = "4.1.1"
@@ -31,15 +31,12 @@ logger.controller.level = WARN
 """
 
 
-class Kafka(Service):
+class Kafka(TcpService):
     """A single-node KRaft cluster with replication factors of 1, transactions enabled."""
 
     name = "kafka"
     start_timeout = 120.0
 
-    @property
-    def port(self) -> int:
-        return port(self.name)
 
     @property
     def controller_port(self) -> int:

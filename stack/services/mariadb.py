@@ -10,8 +10,8 @@ import pymysql
 
 from stack import process
 from stack.fetch import apt_install
-from stack.service import Service
-from stack.settings import HOST, port
+from stack.service import TcpService
+from stack.settings import HOST
 
 #: Settings the extractor depends on: full row images with column names and primary keys.
 SOURCE_BINLOG = """\
@@ -23,7 +23,7 @@ binlog-row-metadata = FULL
 """
 
 
-class MariaDB(Service):
+class MariaDB(TcpService):
     """One ``mariadbd`` with its own datadir, port and socket. Root has no password on 127.0.0.1."""
 
     start_timeout = 60.0
@@ -33,9 +33,6 @@ class MariaDB(Service):
         self.server_id = server_id
         self.binlog = binlog
 
-    @property
-    def port(self) -> int:
-        return port(self.name)
 
     @property
     def socket(self) -> str:

@@ -11,8 +11,8 @@ import psycopg
 from stack import process
 from stack.errors import StackError
 from stack.fetch import apt_install
-from stack.service import Service
-from stack.settings import HOST, port
+from stack.service import TcpService
+from stack.settings import HOST
 from stack.users import hand_over, service_user
 
 
@@ -24,15 +24,12 @@ def _bin(name: str) -> str:
     return found[-1]
 
 
-class PostgreSQL(Service):
+class PostgreSQL(TcpService):
     """``postgres`` on 127.0.0.1 with trust auth for the ``postgres`` role."""
 
     name = "postgresql"
     start_timeout = 60.0
 
-    @property
-    def port(self) -> int:
-        return port(self.name)
 
     def install(self) -> None:
         apt_install(self.name, ["postgresql"], ["/usr/lib/postgresql/*/bin/postgres"])

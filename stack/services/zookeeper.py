@@ -7,8 +7,8 @@ import textwrap
 
 from stack import process
 from stack.fetch import maven_runtime_jars
-from stack.service import Service
-from stack.settings import HOST, JAVA_HOME, cache_dir, port
+from stack.service import TcpService
+from stack.settings import HOST, JAVA_HOME, cache_dir
 
 ZOOKEEPER_VERSION = "3.9.4"
 
@@ -23,15 +23,12 @@ LOGBACK = """\
 """
 
 
-class ZooKeeper(Service):
+class ZooKeeper(TcpService):
     """``ZooKeeperServerMain`` with the admin server off (it would take port 8080)."""
 
     name = "zookeeper"
     start_timeout = 60.0
 
-    @property
-    def port(self) -> int:
-        return port(self.name)
 
     def _classpath(self) -> str:
         jars = maven_runtime_jars(

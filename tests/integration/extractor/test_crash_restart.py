@@ -7,6 +7,8 @@ import signal
 import time
 from collections.abc import Callable
 
+from thl_topics.producer import ProducerFenced, ThlProducer
+
 from .conftest import ServiceUnderTest
 from .workload import NumberedWorkload, numbered_transactions
 
@@ -93,3 +95,26 @@ def _short_session(svc: ServiceUnderTest) -> None:
     data = yaml.safe_load(svc.config_path.read_text())
     data["zookeeper"]["timeout_s"] = 4
     svc.config_path.write_text(yaml.safe_dump(data))
+
+
+def test_stale_extractor_is_fenced_by_kafka(
+        make_service: Callable[..., ServiceUnderTest]) -> None:
+    svc = make_service()
+    stale, thread = svc.start_thread()
+    svc.wait_streaming()
+    before = svc.tail_seqno()
+    # A newer extractor of the same service initialises its transactional producer...
+    newer = ThlProducer(svc.cfg.kafka.bootstrap_servers, svc.cfg.thl_topic,
+                        transactional_id=f"tungsten-extractor-{svc.name}")
+    try:
+        # ... so the stale one can no longer commit what it extracts.
+        svc.sql(f"INSERT INTO {svc.schema}.ready VALUES ()")
+        thread.join(60)
+        assert not thread.is_alive(), "the fenced extractor kept running"
+        (error,) = thread.errors  # type: ignore[attr-defined]
+        assert isinstance(error, ProducerFenced), error
+        assert "fenced" in str(error)
+        assert svc.tail_seqno() == before
+    finally:
+        newer.close()
+        stale.stop()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from thl_topics.event import RowAction, RowChange, Statement, ThlEvent, ThlValue
 
 from .conftest import ServiceUnderTest
@@ -92,3 +94,46 @@ def test_filtered_transactions_take_no_seqno(running: ServiceUnderTest) -> None:
     assert isinstance(events[0].data[0], Statement)
     assert events[0].data[0].sql.startswith(f"CREATE TABLE {running.schema}.t")
     running.sql("DROP DATABASE unrelated_schema")
+
+
+def test_statement_format_dml_carries_its_session_options(running: ServiceUnderTest) -> None:
+    s = running.schema
+    running.sql(f"CREATE TABLE {s}.st (id INT PRIMARY KEY, v VARCHAR(10))")
+    running.sql("SET SESSION binlog_format = 'STATEMENT'", "SET SESSION foreign_key_checks = 0",
+                "SET SESSION sql_mode = 'ANSI_QUOTES'",
+                f"INSERT INTO {s}.st VALUES (1, 'stmt')")
+    events = running.wait_for_seqno(1)
+    stmts = [item for item in events[1].data if isinstance(item, Statement)]
+    assert [st.sql for st in stmts] == [f"INSERT INTO {s}.st VALUES (1, 'stmt')"]
+    options = stmts[0].options
+    assert options["foreign_key_checks"] == "0"
+    assert options["sql_mode"] == str(4)  # ANSI_QUOTES is bit 2 of MariaDB's sql_mode
+    assert options["time_zone"] == "+00:00"
+
+
+def test_restart_right_after_ddl_neither_repeats_nor_skips(
+        make_service: Callable[..., ServiceUnderTest]) -> None:
+    svc = make_service()
+    s = svc.schema
+
+    def run_until(seqno: int) -> None:
+        ex, thread = svc.start_thread()
+        ex.streaming.wait(60)
+        if seqno == 1:
+            svc.sql(f"CREATE TABLE {s}.t (id INT PRIMARY KEY)",)
+            svc.sql(f"ALTER TABLE {s}.t ADD COLUMN c VARCHAR(5)")
+        else:
+            svc.sql(f"INSERT INTO {s}.t VALUES (1, 'x')")
+        svc.wait_for_tail(seqno)
+        ex.stop()
+        thread.join(30)
+        assert not thread.errors  # type: ignore[attr-defined]
+
+    run_until(1)  # stops right after the ALTER
+    run_until(2)
+    events = svc.events()
+    assert [e.seqno for e in events] == [0, 1, 2]
+    assert [type(e.data[0]).__name__ for e in events] == ["Statement", "Statement", "RowChange"]
+    row = events[2].data[0]
+    assert isinstance(row, RowChange) and row.column_values == [[1, "x"]]
+    assert [e.epoch for e in events] == [0, 0, 2]
