@@ -56,7 +56,9 @@ class ThlProducer:
             raise ThlError(f"{self.topic}: {err.str()}") from exc
 
     def _delivered(self, err: KafkaError | None, _msg: object) -> None:
-        if err is not None:
+        # Records purged by an abort report an error too; they were meant to vanish.
+        if err is not None and err.code() not in (KafkaError._PURGE_QUEUE,
+                                                  KafkaError._PURGE_INFLIGHT):
             self._errors.append(err)
 
     def publish(self, event: ThlEvent) -> None:
@@ -99,6 +101,7 @@ class ThlProducer:
             self._in_txn = False
             self._errors.clear()
             self._call(self._producer.abort_transaction, self.timeout)
+            self._producer.poll(0)  # serve the purged records' callbacks now
 
     def close(self) -> None:
         self._producer.flush(self.timeout)

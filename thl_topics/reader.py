@@ -41,6 +41,9 @@ class ThlReader:
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
+            # A probe landing on a transaction marker or an aborted record gets an empty
+            # answer; do not let the broker sit on it for the default 500 ms.
+            "fetch.wait.max.ms": 20,
         })
 
     def close(self) -> None:
@@ -99,7 +102,10 @@ class ThlReader:
                 hi = mid
             else:
                 lo = _offset(msg) + 1
-        return lo
+        # lo may be a transaction marker or an aborted record: report the record itself.
+        end = self.watermarks()[1]
+        msg = self._first_at(lo) if lo < end else None
+        return end if msg is None else _offset(msg)
 
     def records(self, start_offset: int, end_offset: int | None = None) -> Iterator[ThlRecord]:
         """Records from ``start_offset`` up to ``end_offset`` (default: the current end).

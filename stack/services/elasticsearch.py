@@ -2,8 +2,13 @@
 
 The integ-test distribution is the minimal one (no bundled JDK, no painless, no reindex), which
 is all the Elasticsearch applier needs: index/delete by id with external versions, bulk,
-search. ``index.gc_deletes`` defaults to 60 s: a delete's version is remembered that long,
-so a replay older than that could resurrect a deleted document (see DESIGN.md).
+search. It has no ``GET /`` handler either (405), so ``version()`` asks the nodes API.
+
+For the replicator: ``index.gc_deletes`` defaults to ``60s`` (read from
+``GET <index>/_settings?include_defaults=true`` on 8.19.21). A deleted document's external
+version is remembered only that long; after it, an index request carrying an older external
+version is accepted again, so a replay that reaches a delete more than 60 s later can
+resurrect the document unless the index sets a longer ``gc_deletes``.
 """
 
 from __future__ import annotations
@@ -32,7 +37,6 @@ class Elasticsearch(TcpService):
     name = "elasticsearch"
     start_timeout = 180.0
 
-
     @property
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
@@ -54,11 +58,12 @@ class Elasticsearch(TcpService):
                 mode = info.external_attr >> 16
                 if mode:  # zipfile drops the permission bits; bin/ scripts need theirs
                     path.chmod(mode & 0o777)
-        # The service user must read the distribution (the cache may sit under /root).
-        for parent in [self.home, *self.home.parents]:
+        # The service user must reach the distribution (the cache may sit under /root, mode
+        # 0700): traversal (o+x) is enough on the folders above it, nothing becomes listable.
+        for parent in self.home.parents:
             if parent == Path("/"):
                 break
-            parent.chmod(parent.stat().st_mode | 0o005)
+            parent.chmod(parent.stat().st_mode | 0o001)
         marker.touch()
 
     def _write_config(self) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import textwrap
 import uuid
 
@@ -18,6 +19,8 @@ LOG4J_VERSION = "2.24.3"
 
 LOG4J2 = """\
 status = warn
+# Kafka logs its own shutdown; log4j's hook would close the log first and print a warning.
+shutdownHook = disable
 appender.out.type = Console
 appender.out.name = STDOUT
 appender.out.layout.type = PatternLayout
@@ -36,7 +39,6 @@ class Kafka(TcpService):
 
     name = "kafka"
     start_timeout = 120.0
-
 
     @property
     def controller_port(self) -> int:
@@ -100,8 +102,10 @@ class Kafka(TcpService):
     def launch(self) -> None:
         props = self._write_config()
         if not (self.dir / "data" / "meta.properties").exists():
+            # Kafka's cluster ids are 16 random bytes in unpadded URL-safe base64.
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             process.run(self.name, self._java("kafka.tools.StorageTool", "format",
-                                              "-t", str(uuid.uuid4()), "-c", props,
+                                              "-t", cluster_id, "-c", props,
                                               "--ignore-formatted"),
                         log=self.log, env={"JAVA_HOME": str(JAVA_HOME)})
         process.spawn(self.name, self._java("kafka.Kafka", props), log=self.log,

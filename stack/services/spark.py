@@ -1,15 +1,17 @@
-"""Spark local (in the client's process) with Delta Lake, Kafka and Avro data sources.
+"""Spark local (inside the client's Python process) with Delta Lake, Kafka and Avro sources.
 
 pyspark (from PyPI) bundles Spark itself; the Delta, spark-sql-kafka and spark-avro jars are
 fetched once with Maven and passed as ``spark.jars``, instead of being resolved at every
-session start. There is no server: "up" means the jars are in place and a JDK 17 is there
-(Spark fails on newer JDKs).
+session start. There is no server: "up" means the jars are in place and ``JAVA_HOME`` is a
+JDK 17 (Spark 4.0 fails on JDK 25). Sessions come from :func:`session`.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +20,7 @@ import pyspark
 from stack.errors import StackError
 from stack.fetch import maven_runtime_jars
 from stack.service import Service
-from stack.settings import JAVA_HOME, cache_dir, service_dir
+from stack.settings import HOST, JAVA_HOME, cache_dir, service_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -31,14 +33,35 @@ COORDINATES = [
     f"org.apache.spark:spark-avro_2.13:{SPARK_VERSION}",
 ]
 
+_LOG4J = """\
+rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.append = true
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{HH:mm:ss.SSS}} %p %c{{1}}: %m%n%ex
+"""
+
 
 def _artifact(jar: Path) -> str:
     """``kafka-clients-3.9.0.jar`` -> ``kafka-clients``."""
     return re.sub(r"-\d[\w.\-]*\.jar$", "", jar.name)
 
 
+def _java_major(java_home: Path) -> str | None:
+    """The major version from the JDK's ``release`` file, without starting a JVM."""
+    try:
+        text = (java_home / "release").read_text()
+    except OSError:
+        return None
+    found = re.search(r'^JAVA_VERSION="(\d+)', text, re.MULTILINE)
+    return found.group(1) if found else None
+
+
 class Spark(Service):
-    """The Spark/Delta toolchain; sessions come from :func:`session`."""
+    """The Spark/Delta toolchain: fetched jars and a JDK 17, no process of its own."""
 
     name = "spark"
 
@@ -46,29 +69,51 @@ class Spark(Service):
     def port(self) -> None:
         return None
 
+    @property
+    def jar_dir(self) -> Path:
+        return cache_dir(f"spark-{SPARK_VERSION}-jars")
+
     def jars(self) -> list[Path]:
-        """The extra jars, minus those pyspark already ships (duplicates break the classpath)."""
-        fetched = maven_runtime_jars(self.name, COORDINATES,
-                                     cache_dir(f"spark-{SPARK_VERSION}-jars"), log=self.log)
+        """The extra jars, minus those pyspark already ships.
+
+        The connectors' poms pull scala-library, slf4j, hadoop-client... at other versions
+        than pyspark's own ``jars/``; two copies of a class on the classpath break Spark.
+        """
+        fetched = maven_runtime_jars(self.name, COORDINATES, self.jar_dir, log=self.log)
         bundled = {_artifact(j) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
         return [j for j in fetched if _artifact(j) not in bundled]
 
     def install(self) -> None:
-        if not (JAVA_HOME / "bin" / "java").exists():
-            raise StackError(self.name, f"no JDK 17 at {JAVA_HOME} (set TREP_JAVA_HOME)")
+        major = _java_major(JAVA_HOME)
+        if major != "17":
+            raise StackError(self.name, f"JAVA_HOME {JAVA_HOME} is JDK {major or 'missing'}, "
+                                        "Spark 4.0 needs JDK 17 (set TREP_JAVA_HOME)", self.log)
         self.jars()
 
+    def start(self) -> None:
+        """Fetch the jars once and check the JDK; nothing runs until a session is built."""
+        self.install()
+        if not self.ready():
+            raise StackError(self.name, f"jars missing from {self.jar_dir}", self.log)
+
     def launch(self) -> None:
-        """Nothing runs until a session is built."""
+        """Nothing to launch: the JVM starts with the first session."""
 
     def running(self) -> bool:
-        return (cache_dir(f"spark-{SPARK_VERSION}-jars") / ".complete").exists()
+        return (self.jar_dir / ".complete").exists()
 
     def ready(self) -> bool:
-        return self.running() and (JAVA_HOME / "bin" / "java").exists()
+        return (self.running() and _java_major(JAVA_HOME) == "17"
+                and any(_artifact(j) == "delta-spark_2.13" for j in self.jar_dir.glob("*.jar")))
 
     def stop(self) -> None:
-        """Sessions stop with their process; nothing to do."""
+        """Stop a session this Python process holds, and its JVM; nothing else runs."""
+        if "pyspark.sql" in sys.modules:
+            from pyspark.sql import SparkSession
+
+            active = SparkSession.getActiveSession()
+            if active is not None:
+                stop_session(active)
 
     def version(self) -> str:
         return f"Spark {SPARK_VERSION} / Delta {DELTA_VERSION}"
@@ -80,29 +125,70 @@ def service() -> Spark:
 
 
 def session(app_name: str, warehouse: Path | None = None) -> SparkSession:
-    """A local SparkSession with Delta, Kafka and Avro; small and quiet, JDK 17 pinned."""
+    """A local SparkSession with Delta, Kafka and Avro: 2 cores, 1 GiB, JDK 17, no UI.
+
+    Spark's own log (level WARN) goes to ``.run/spark/spark.log``, not the console. End it
+    with :func:`stop_session` to get the JVM back, not just ``spark.stop()``.
+    """
     from pyspark.sql import SparkSession
 
+    svc = Spark()
+    svc.start()
     spark_dir = service_dir("spark")
-    jars = Spark().jars()
-    # The JVM is launched by pyspark from this process's environment.
+    log4j = spark_dir / "log4j2.properties"
+    log4j.write_text(_LOG4J.format(log=svc.log))
+    # pyspark starts the JVM with this process's environment; a JDK 25 on PATH breaks it.
     os.environ["JAVA_HOME"] = str(JAVA_HOME)
-    os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))
+    # Python workers (UDFs, RDD lambdas) must be this interpreter, with the same packages.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    # Without it Spark picks the first non-loopback interface for its block manager.
+    os.environ["SPARK_LOCAL_IP"] = HOST
+    os.environ["SPARK_LOCAL_DIRS"] = str(spark_dir / "tmp")
+    java_opts = (f"-Dlog4j.configurationFile={log4j} "
+                 f"-Dderby.system.home={spark_dir / 'derby'}")
     builder = (
         SparkSession.builder.appName(app_name)
         .master("local[2]")
-        .config("spark.jars", ",".join(str(j) for j in jars))
+        .config("spark.jars", ",".join(str(j) for j in svc.jars()))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog",
                 "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.driver.memory", "1g")
+        .config("spark.driver.extraJavaOptions", java_opts)
+        .config("spark.driver.bindAddress", HOST)
+        .config("spark.driver.host", HOST)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
         .config("spark.sql.warehouse.dir", str(warehouse or spark_dir / "warehouse"))
-        .config("spark.driver.extraJavaOptions",
-                f"-Dderby.system.home={spark_dir / 'derby'}")
-        .config("spark.local.dir", str(spark_dir / "tmp"))
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def stop_session(spark: SparkSession, timeout: float = 30.0) -> None:
+    """Stop ``spark`` and its JVM.
+
+    ``spark.stop()`` alone keeps pyspark's gateway JVM (about 300 MB) alive until Python
+    exits; the JVM quits when its stdin pipe closes. A later :func:`session` starts a new one.
+    """
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is None:  # already stopped: the session cannot reach a JVM any more
+        return
+    spark.stop()
+    proc: subprocess.Popen[bytes] | None = getattr(gateway, "proc", None)
+    gateway.shutdown()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    if proc is None:
+        return
+    if proc.stdin is not None:
+        proc.stdin.close()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -29,7 +29,6 @@ class ZooKeeper(TcpService):
     name = "zookeeper"
     start_timeout = 60.0
 
-
     def _classpath(self) -> str:
         jars = maven_runtime_jars(
             self.name, [

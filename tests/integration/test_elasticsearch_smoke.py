@@ -36,6 +36,14 @@ def test_bulk_index_search_and_external_versions(elasticsearch: EsService) -> No
                      version_type="external")
         assert es.get(index=index, id="4")["_source"]["name"] == "row 4 é😀"
         assert es.get(index=index, id="4")["_version"] == 14
+        # A delete leaves a versioned tombstone (for index.gc_deletes, 60 s by default): a
+        # stale replay of the row must not bring the deleted document back.
+        es.delete(index=index, id="0", version=20, version_type="external", refresh=True)
+        with pytest.raises(ConflictError):
+            es.index(index=index, id="0", document={"id": 0, "name": "stale"}, version=15,
+                     version_type="external")
+        assert not es.exists(index=index, id="0")
+        assert es.count(index=index)["count"] == 4
     finally:
         es.indices.delete(index=index, ignore_unavailable=True)
         es.close()

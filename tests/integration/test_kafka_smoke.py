@@ -5,10 +5,9 @@ from __future__ import annotations
 import uuid
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import ConfigResource, NewTopic  # type: ignore[attr-defined]
 
 from stack.services.kafka import Kafka
-from thl_topics.admin import describe_configs
 
 
 def test_compacted_topic_transactions_and_headers(kafka: Kafka) -> None:
@@ -17,7 +16,9 @@ def test_compacted_topic_transactions_and_headers(kafka: Kafka) -> None:
     admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1, config={
         "cleanup.policy": "compact", "max.message.bytes": "4194304"})])[topic].result(30)
     try:
-        configs = describe_configs(admin, topic)
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        entries = admin.describe_configs([resource])[resource].result(30)
+        configs = {name: entry.value for name, entry in entries.items()}
         assert configs["cleanup.policy"] == "compact"
         assert configs["max.message.bytes"] == "4194304"
 

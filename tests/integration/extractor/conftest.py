@@ -175,7 +175,7 @@ def running(make_service: Callable[..., ServiceUnderTest]) -> Iterator[ServiceUn
     """A service whose extractor runs in a thread for the duration of the test."""
     svc = make_service()
     ex, thread = svc.start_thread()
-    _wait_leading(svc, ex, thread)
+    wait_leading(svc, ex, thread)
     yield svc
     ex.stop()
     thread.join(30)
@@ -183,7 +183,7 @@ def running(make_service: Callable[..., ServiceUnderTest]) -> Iterator[ServiceUn
     assert not thread.errors, thread.errors  # type: ignore[attr-defined]
 
 
-def _wait_leading(svc: ServiceUnderTest, ex: Extractor, thread: threading.Thread) -> None:
+def wait_leading(svc: ServiceUnderTest, ex: Extractor, thread: threading.Thread) -> None:
     """Until the extractor's binlog start position is fixed."""
     deadline = time.monotonic() + 60
     while not ex.streaming.is_set():

@@ -1,0 +1,77 @@
+"""Seek by seqno over a real topic with offset gaps; topic verification refuses bad topics."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
+from stack.services.kafka import Kafka
+from thl_topics.admin import ThlTopicError, ThlTopicSpec, ensure_thl_topic
+from thl_topics.event import Statement, ThlEvent
+from thl_topics.producer import ThlProducer
+from thl_topics.reader import ThlReader
+
+
+def _event(seqno: int, fragno: int = 0, last: bool = True) -> ThlEvent:
+    return ThlEvent(seqno=seqno, epoch=0, source_id="t", event_id=f"f:{seqno:016d};0",
+                    shard_id="s", tstamp=0, fragno=fragno, last_frag=last,
+                    data=[Statement(f"-- {seqno}")])
+
+
+@pytest.fixture
+def topic(kafka: Kafka) -> Iterator[str]:
+    name = f"thl.t{uuid.uuid4().hex[:8]}"
+    admin = kafka.admin()
+    ensure_thl_topic(admin, ThlTopicSpec(name))
+    yield name
+    admin.delete_topics([name])[name].result(30)
+
+
+def test_offset_of_finds_every_seqno_across_markers_and_aborts(kafka: Kafka, topic: str) -> None:
+    producer = ThlProducer(kafka.bootstrap, topic, f"t-{topic}")
+    offsets_of_seqno: dict[int, int] = {}
+    seqno = 0
+    for batch in range(12):
+        for _ in range(batch % 3 + 1):
+            producer.publish(_event(seqno, 0, last=False))
+            producer.publish(_event(seqno, 1, last=True))
+            seqno += 1
+        if batch % 4 == 3:
+            producer.abort()  # aborted records and markers leave holes in the offsets
+            seqno -= batch % 3 + 1
+        else:
+            producer.commit()
+    producer.close()
+    with ThlReader(kafka.bootstrap, topic) as reader:
+        for rec in reader.records(0):
+            if rec.fragno == 0:
+                offsets_of_seqno[rec.seqno] = rec.offset
+        assert sorted(offsets_of_seqno) == list(range(seqno))
+        for s, offset in offsets_of_seqno.items():
+            assert reader.offset_of(s) == offset
+        assert reader.offset_of(seqno + 100) == reader.watermarks()[1]
+        tail = reader.tail()
+        assert tail is not None and (tail.seqno, tail.fragno) == (seqno - 1, 1)
+
+
+def test_existing_topic_with_wrong_settings_is_refused(kafka: Kafka) -> None:
+    admin = kafka.admin()
+    name = f"thl.bad{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(name, num_partitions=3, replication_factor=1,
+                                  config={"cleanup.policy": "delete"})])[name].result(30)
+    try:
+        with pytest.raises(ThlTopicError, match="3 partitions; the THL is one total order"):
+            ensure_thl_topic(admin, ThlTopicSpec(name))
+    finally:
+        admin.delete_topics([name])[name].result(30)
+    name2 = f"thl.del{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(name2, num_partitions=1, replication_factor=1,
+                                  config={"cleanup.policy": "compact,delete"})])[name2].result(30)
+    try:
+        with pytest.raises(ThlTopicError, match=r"cleanup.policy=compact,delete; it must be"):
+            ensure_thl_topic(admin, ThlTopicSpec(name2))
+    finally:
+        admin.delete_topics([name2])[name2].result(30)
