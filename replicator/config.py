@@ -14,6 +14,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
 
 
 class ConfigError(ValueError):
@@ -81,6 +83,57 @@ class ExtractorConfig(BaseModel):
     batch_ms: int = Field(100, ge=0)
 
 
+class ConsumerConfig(BaseModel):
+    """One consumer group: an applier fed from the THL topic."""
+
+    model_config = {"extra": "forbid"}
+
+    #: The applier kind; more kinds (mongodb, elasticsearch, warehouse) plug in later.
+    type: Literal["sql"] = "sql"
+    #: SQLAlchemy URL of the target, e.g. ``mysql+pymysql://user@host:3306/`` or
+    #: ``postgresql+psycopg://user@host:5432/db``. Put the password in ``password``.
+    url: str
+    #: The target's password; overrides one written in ``url``. Never logged.
+    password: SecretStr | None = None
+    #: THL events (source transactions) per target transaction at most ...
+    block_commit_events: int = Field(10, gt=0)
+    #: ... and the longest a block stays open waiting for more events.
+    block_commit_ms: int = Field(500, ge=0)
+    #: Statement events (DDL, statement-format DML): ``apply`` (MySQL-family targets only),
+    #: ``skip`` them, or stop with an ``error``. Default: apply on MySQL/MariaDB, else error.
+    statements: Literal["apply", "skip", "error"] | None = None
+    #: Go ONLINE when the process starts, unless an operator set the group OFFLINE.
+    auto_online: bool = True
+    #: Apply-stage replicate/ignore filter (changes only this target).
+    filters: FilterConfig = FilterConfig()
+    #: Longest a transient failure (target or broker down) is retried before OFFLINE:ERROR;
+    #: 0 retries forever.
+    retry_limit_s: float = Field(0, ge=0)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        try:
+            make_url(value)
+        except ArgumentError as exc:
+            raise ValueError(f"not a SQLAlchemy URL: {exc}") from exc
+        return value
+
+    def engine_url(self) -> URL:
+        """The target URL with the configured password."""
+        url = make_url(self.url)
+        if self.password is not None:
+            url = url.set(password=self.password.get_secret_value())
+        return url
+
+
+class MetricsConfig(BaseModel):
+    """Prometheus metrics of the runner."""
+
+    #: Port of the ``/metrics`` endpoint on 127.0.0.1; 0 turns it off.
+    port: int = Field(0, ge=0, lt=65536)
+
+
 class ReplicatorConfig(BaseSettings):
     """The whole service configuration."""
 
@@ -92,6 +145,17 @@ class ReplicatorConfig(BaseSettings):
     kafka: KafkaConfig = KafkaConfig()
     zookeeper: ZooKeeperConfig = ZooKeeperConfig()
     extractor: ExtractorConfig = ExtractorConfig()
+    #: Consumer groups by name (the Kafka group is ``tungsten-<service>-<name>``).
+    consumers: dict[str, ConsumerConfig] = Field(default_factory=dict)
+    metrics: MetricsConfig = MetricsConfig()
+
+    @field_validator("consumers")
+    @classmethod
+    def _group_names(cls, value: dict[str, ConsumerConfig]) -> dict[str, ConsumerConfig]:
+        for name in value:
+            if not name or not all(c.isalnum() or c in "_-" for c in name):
+                raise ValueError(f"consumer group name {name!r}: use letters, digits, '_', '-'")
+        return value
 
     @field_validator("service")
     @classmethod
@@ -108,6 +172,10 @@ class ReplicatorConfig(BaseSettings):
     @property
     def tracking_schema(self) -> str:
         return f"tungsten_{self.service}"
+
+    def group_id(self, consumer: str) -> str:
+        """The Kafka consumer group of one consumer."""
+        return f"tungsten-{self.service}-{consumer}"
 
     @classmethod
     def settings_customise_sources(
