@@ -31,7 +31,9 @@ from extractor.errors import BinlogPurgedError, ExtractorError
 from extractor.positions import StartPoint, find_start
 from extractor.transactions import BinlogPosition, TransactionAssembler
 from replicator.config import ReplicatorConfig
+from replicator.control import ComponentNodes
 from replicator.filters import ReplicateFilter
+from replicator.state import State, Status
 from replicator.tracking import CommitSeqno, CommitSeqnoTable
 from replicator.zk import ServiceNodes, ZkPosition, connect
 from thl_topics.admin import ThlTopicSpec, ensure_thl_topic
@@ -70,6 +72,11 @@ class Extractor:
         self.epoch: int | None = None
         #: Set once the binlog start position is fixed: later source commits are extracted.
         self.streaming = threading.Event()
+        self.status = Status(serviceName=cfg.service, role="extractor",
+                             host=socket.gethostname())
+        self._control: ComponentNodes | None = None
+        self._last_publish = 0.0
+        self._stale = False
 
     def stop(self) -> None:
         """Ask the extractor to stop at the next transaction boundary."""
@@ -92,7 +99,20 @@ class Extractor:
             else:
                 return
             log.info("extractor %s: leader of service %s", self.identity, self.cfg.service)
-            self._lead(nodes)
+            self._control = ComponentNodes(zk, self.cfg.zookeeper.root, self.cfg.service,
+                                           "extractor")
+            self._control.mark_alive(self.identity)
+            self._publish(State.SYNCHRONIZING)
+            try:
+                self._lead(nodes)
+            except Exception as exc:
+                self.status.pendingError = "Extractor failed"
+                self.status.pendingErrorCode = type(exc).__name__
+                self.status.pendingErrorSeqno = self.status.appliedLastSeqno + 1
+                self.status.pendingExceptionMessage = str(exc)
+                self._publish(State.ERROR)
+                raise
+            self._publish(State.OFFLINE)
         finally:
             lock.release()
             zk.stop()
@@ -128,7 +148,10 @@ class Extractor:
         f = self.cfg.extractor.filters
         # Our own position writes land in the source binlog: never extract them.
         own = f"{self.cfg.tracking_schema}.trep_commit_seqno"
-        return ReplicateFilter(f.replicate, [*f.ignore, own])
+        # Heartbeats (trepctl heartbeat) travel through the THL whatever the filter says.
+        heartbeat = f"{self.cfg.tracking_schema}.heartbeat"
+        replicate = [*f.replicate, heartbeat] if f.replicate else []
+        return ReplicateFilter(replicate, [*f.ignore, own])
 
     def _binlog(self, start: StartPoint) -> BinLogStreamReader:
         src = self.cfg.extractor.source
@@ -206,11 +229,17 @@ class Extractor:
             fragment_bytes=xcfg.fragment_bytes)
         stream = self._binlog(start)
         self.streaming.set()
+        if self.last_committed is None and start.next_seqno > 0:
+            self.status.appliedLastSeqno = start.next_seqno - 1
+        self.status.appliedLastEpoch = self.epoch
+        self._publish(State.ONLINE)
         try:
             for event, position in self._events(stream):
                 assembler.feed(event, position)
                 if assembler.in_transaction:
                     continue
+                if self._stale and time.monotonic() - self._last_publish >= 0.5:
+                    self._publish(State.ONLINE)  # idle (heartbeats only): show the last commit
                 if pending and (len(pending) >= xcfg.batch_transactions
                                 or isinstance(event, HeartbeatLogEvent)
                                 or time.monotonic() - batch_started >= xcfg.batch_ms / 1000):
@@ -241,3 +270,21 @@ class Extractor:
         with engine.begin() as conn:
             self.tracking.write(conn, pos)
         nodes.write_position("extractor", ZkPosition(last.seqno, last.epoch, last.event_id))
+        st = self.status
+        st.appliedLastSeqno, st.appliedLastEventId = last.seqno, last.event_id
+        st.appliedLastEpoch = last.epoch
+        st.appliedLatency = round(max(0.0, time.time() - last.tstamp / 1e6), 3)
+        self._stale = True
+        if time.monotonic() - self._last_publish >= 0.5:
+            self._publish(State.ONLINE)
+
+    def _publish(self, state: State) -> None:
+        """Publish the status for ``trepctl status`` (best effort: ZooKeeper may be down)."""
+        self.status.set_state(state)
+        self._last_publish, self._stale = time.monotonic(), False
+        if self._control is None:
+            return
+        try:
+            self._control.publish_status(self.status.to_json())
+        except Exception as exc:  # a status is never worth stopping the extractor for
+            log.warning("extractor: cannot publish status: %s", exc)

@@ -10,8 +10,10 @@ import datetime as dt
 from dataclasses import dataclass
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
 
-TIMESTAMP = sa.TIMESTAMP(timezone=False)
+#: Microseconds where the dialect has them, so heartbeat lag is measured in milliseconds.
+TIMESTAMP = sa.TIMESTAMP(timezone=False).with_variant(mysql.TIMESTAMP(fsp=6), "mysql", "mariadb")
 
 
 def tracking_metadata(schema: str) -> sa.MetaData:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
@@ -52,7 +53,13 @@ def ensure_thl_topic(admin: AdminClient, spec: ThlTopicSpec, timeout: float = 30
 
 def verify_thl_topic(admin: AdminClient, spec: ThlTopicSpec, timeout: float = 30.0) -> None:
     """Refuse a topic that would break the THL's total order or lose history."""
-    topic = admin.list_topics(spec.name, timeout=timeout).topics.get(spec.name)
+    deadline = time.monotonic() + timeout
+    while True:
+        topic = admin.list_topics(spec.name, timeout=timeout).topics.get(spec.name)
+        # A topic created a moment ago may not be in the broker's metadata yet.
+        if (topic is not None and topic.error is None) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     if topic is None or topic.error is not None:
         raise ThlTopicError(f"THL topic {spec.name} does not exist"
                             + (f": {topic.error}" if topic is not None else ""))

@@ -1,0 +1,44 @@
+"""Consumer errors in DESIGN.md's three kinds: transient, data, terminal."""
+
+from __future__ import annotations
+
+
+class ConsumerError(Exception):
+    """Something stopped a consumer; the message says where (seqno, topic, target)."""
+
+    code = "ERROR"
+
+    def __init__(self, message: str, *, seqno: int = -1, event_id: str = "") -> None:
+        super().__init__(message)
+        self.seqno = seqno
+        self.event_id = event_id
+
+
+class TransientError(ConsumerError):
+    """The target or the broker is unreachable: retry with backoff from the stored position."""
+
+    code = "TRANSIENT"
+
+
+class DataError(ConsumerError):
+    """The target refused this transaction's data: stop at its seqno until an operator acts."""
+
+    code = "DATA"
+
+
+class TerminalError(ConsumerError):
+    """The log itself is unusable for this consumer (diverged, gap, undecodable)."""
+
+    code = "TERMINAL"
+
+
+class EpochMismatch(TerminalError):
+    """The THL at the stored seqno is not the log the target was applied from."""
+
+    code = "EPOCH"
+
+
+class SeqnoGap(TerminalError):
+    """A seqno is missing from the THL: never apply past a hole."""
+
+    code = "GAP"

@@ -1,0 +1,102 @@
+"""The THL as a consumer group reads it: seek by seqno, poll records, commit offsets.
+
+The group exists so standard Kafka lag tools show where each applier is; the start position
+never comes from Kafka's committed offset but from the target (see consumers.runtime).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from consumers.errors import TransientError
+from thl_topics.errors import ThlError, ThlTopicMissing
+from thl_topics.reader import ThlReader, ThlRecord
+
+log = logging.getLogger(__name__)
+
+#: Errors that mean "this is not the log we were reading": reconnect and handshake again.
+_LOG_CHANGED = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
+                KafkaError._UNKNOWN_PARTITION, KafkaError.OFFSET_OUT_OF_RANGE,
+                KafkaError._AUTO_OFFSET_RESET)
+
+
+class ThlFeed:
+    """Partition 0 of the THL topic for one consumer group, ``read_committed``."""
+
+    def __init__(self, bootstrap: str, topic: str, group_id: str) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.group_id = group_id
+        self._reader = ThlReader(bootstrap, topic)
+        self._consumer = Consumer({
+            "bootstrap.servers": bootstrap,
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            # Never jump silently: a position Kafka does not have means the log changed.
+            "auto.offset.reset": "error",
+            "fetch.wait.max.ms": 100,
+        })
+
+    def close(self) -> None:
+        for closer in (self._consumer.close, self._reader.close):
+            try:
+                closer()
+            except (KafkaException, RuntimeError) as exc:
+                log.debug("closing the THL feed: %s", exc)
+
+    def record_at(self, seqno: int) -> ThlRecord | None:
+        """The first record of ``seqno`` (None if the THL does not hold it yet)."""
+        try:
+            offset = self._reader.offset_of(seqno)
+            for rec in self._reader.records(offset, offset + 1):
+                return rec if rec.seqno == seqno else None
+            return None
+        except ThlTopicMissing as exc:
+            raise TransientError(str(exc)) from exc
+        except ThlError as exc:
+            raise TransientError(f"THL topic {self.topic}: {exc}") from exc
+
+    def first_seqno(self) -> int | None:
+        """The seqno of the first record kept in the topic (None if empty)."""
+        try:
+            low, _ = self._reader.watermarks()
+            sample = self._reader.sample(low)
+        except ThlError as exc:
+            raise TransientError(f"THL topic {self.topic}: {exc}") from exc
+        return None if sample is None else sample[1]
+
+    def seek(self, seqno: int) -> None:
+        """Read from the first record of ``seqno`` (binary search over offsets)."""
+        try:
+            offset = self._reader.offset_of(seqno)
+        except ThlError as exc:
+            raise TransientError(f"THL topic {self.topic}: {exc}") from exc
+        self._consumer.assign([TopicPartition(self.topic, 0, offset)])
+
+    def poll(self, timeout: float) -> ThlRecord | None:
+        """The next committed record, or None if none arrived within ``timeout``."""
+        msg = self._consumer.poll(timeout)
+        if msg is None:
+            return None
+        err = msg.error()
+        if err is not None:
+            if err.code() in _LOG_CHANGED or err.fatal():
+                raise TransientError(f"THL topic {self.topic}: {err.str()}; "
+                                     "reconnecting to check the log again")
+            # Broker transport errors: librdkafka reconnects by itself.
+            log.warning("THL topic %s: %s", self.topic, err.str())
+            return None
+        return self._reader.to_record(msg)
+
+    def commit(self, next_offset: int) -> None:
+        """Commit the group's offset (the record after the last one applied)."""
+        try:
+            self._consumer.commit(offsets=[TopicPartition(self.topic, 0, next_offset)],
+                                  asynchronous=False)
+        except KafkaException as exc:
+            # The target holds the truth; a lost offset commit only makes lag tools lag.
+            log.warning("group %s: offset commit failed: %s", self.group_id, exc)

@@ -1,0 +1,77 @@
+"""Prometheus metrics of consumer groups: applied seqno, lag, events and rows, errors."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from replicator.state import State
+from thl_topics.event import RowChange, ThlEvent
+
+_LABELS = ("service", "group")
+
+
+@dataclass(frozen=True)
+class _Families:
+    seqno: Gauge
+    latency: Gauge
+    events: Counter
+    rows: Counter
+    errors: Counter
+    online: Gauge
+
+
+_families: dict[int, _Families] = {}
+_lock = threading.Lock()
+
+
+def _families_of(registry: CollectorRegistry) -> _Families:
+    """One set of metric families per registry, shared by every group (labels tell apart)."""
+    with _lock:
+        found = _families.get(id(registry))
+        if found is None:
+            found = _Families(
+                Gauge("trep_applied_last_seqno", "Last seqno committed on the target",
+                      _LABELS, registry=registry),
+                Gauge("trep_applied_latency_seconds",
+                      "Source commit to target commit of the last applied seqno", _LABELS,
+                      registry=registry),
+                Counter("trep_applied_events", "THL events (seqnos) applied", _LABELS,
+                        registry=registry),
+                Counter("trep_applied_rows", "Row changes applied", _LABELS,
+                        registry=registry),
+                Counter("trep_consumer_errors", "Errors by kind", (*_LABELS, "kind"),
+                        registry=registry),
+                Gauge("trep_consumer_online", "1 when ONLINE", _LABELS, registry=registry))
+            _families[id(registry)] = found
+        return found
+
+
+class ConsumerMetrics:
+    """The metrics of one consumer group."""
+
+    def __init__(self, registry: CollectorRegistry, service: str, group: str) -> None:
+        self._f = _families_of(registry)
+        self._values = (service, group)
+
+    @classmethod
+    def disabled(cls) -> ConsumerMetrics:
+        """Metrics kept in a private registry nobody scrapes."""
+        return cls(CollectorRegistry(), "-", "-")
+
+    def state(self, state: State) -> None:
+        self._f.online.labels(*self._values).set(1 if state is State.ONLINE else 0)
+
+    def error(self, kind: str) -> None:
+        self._f.errors.labels(*self._values, kind).inc()
+
+    def rows(self, event: ThlEvent) -> None:
+        self._f.rows.labels(*self._values).inc(
+            sum(item.row_count for item in event.data if isinstance(item, RowChange)))
+
+    def applied(self, block: list[ThlEvent], latency: float) -> None:
+        self._f.events.labels(*self._values).inc(len(block))
+        self._f.seqno.labels(*self._values).set(block[-1].seqno)
+        self._f.latency.labels(*self._values).set(latency)

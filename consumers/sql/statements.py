@@ -1,0 +1,115 @@
+"""Row changes as SQLAlchemy Core statements, for any dialect (pure: no connection needed).
+
+Identifiers are always quoted by the dialect; values are always bound (``v<i>`` for after
+images, ``k<i>`` for keys). A table with a primary key is addressed by it; a table without
+one by its whole before image, NULL-safe, touching one row only (MySQL ``LIMIT 1``,
+PostgreSQL ``ctid``, Oracle ``ROWID``), because duplicate rows are legal there and the
+source changed exactly one of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import sqlalchemy as sa
+
+from thl_topics.event import ColumnSpec, RowAction
+
+_S = TypeVar("_S", sa.Update, sa.Delete)
+
+
+@dataclass
+class TargetTable:
+    """A target table as the applier binds to it: quoted names, no type processing.
+
+    Columns are typeless (``NullType``) on purpose: values are adapted to the target's
+    reflected types by ``consumers.sql.values`` and reach the driver unchanged.
+    """
+
+    schema: str | None
+    name: str
+    #: Reflected type of each target column, by name.
+    types: dict[str, sa.types.TypeEngine[object]]
+    table: sa.Table = field(init=False)
+
+    def __post_init__(self) -> None:
+        meta = sa.MetaData()
+        self.table = sa.Table(self.name, meta,
+                              *(sa.Column(c, sa.types.NullType()) for c in self.types),
+                              schema=self.schema, quote=True, quote_schema=True)
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.name}" if self.schema else self.name
+
+
+class RowStatements:
+    """Builds the statement for one (table, action, column layout) of a row change."""
+
+    def __init__(self, dialect: str) -> None:
+        #: ``mysql``, ``mariadb``, ``postgresql``, ``oracle`` ...
+        self.dialect = dialect
+
+    def insert(self, target: TargetTable, columns: Sequence[ColumnSpec]) -> sa.Insert:
+        t = target.table
+        return sa.insert(t).values({t.c[c.name]: sa.bindparam(f"v{i}")
+                                    for i, c in enumerate(columns)})
+
+    def update(self, target: TargetTable, columns: Sequence[ColumnSpec],
+               keys: Sequence[ColumnSpec]) -> sa.Update:
+        t = target.table
+        stmt = sa.update(t).values({t.c[c.name]: sa.bindparam(f"v{i}")
+                                    for i, c in enumerate(columns)})
+        return self._one_row(target, stmt, keys)
+
+    def delete(self, target: TargetTable, keys: Sequence[ColumnSpec]) -> sa.Delete:
+        return self._one_row(target, sa.delete(target.table), keys)
+
+    def _one_row(self, target: TargetTable, stmt: _S, keys: Sequence[ColumnSpec]) -> _S:
+        t = target.table
+        pk = [(i, c) for i, c in enumerate(keys) if c.primary_key]
+        if pk:
+            return stmt.where(*(t.c[c.name] == sa.bindparam(f"k{i}") for i, c in pk))
+        # No primary key: match the whole before image, NULL-safe, and touch one row only.
+        match = sa.and_(*(t.c[c.name].is_not_distinct_from(sa.bindparam(f"k{i}"))
+                          for i, c in enumerate(keys)))
+        if self.dialect in ("mysql", "mariadb"):
+            return stmt.where(match).with_dialect_options(mysql_limit=1)
+        rowid = {"postgresql": "ctid", "oracle": "ROWID"}.get(self.dialect)
+        if rowid is None:
+            raise NotImplementedError(f"no single-row address for dialect {self.dialect}")
+        one = (sa.select(sa.literal_column(rowid)).select_from(t).where(match)
+               .limit(1).scalar_subquery())
+        return stmt.where(sa.literal_column(rowid) == one)
+
+
+def statement_for(builder: RowStatements, target: TargetTable, action: RowAction,
+                  columns: Sequence[ColumnSpec], keys: Sequence[ColumnSpec],
+                  ) -> sa.Insert | sa.Update | sa.Delete:
+    """The statement of one row-change layout."""
+    if action is RowAction.INSERT:
+        return builder.insert(target, columns)
+    if action is RowAction.UPDATE:
+        return builder.update(target, columns, keys)
+    return builder.delete(target, keys)
+
+
+def bind_rows(action: RowAction, after: Sequence[Sequence[object]],
+              before: Sequence[Sequence[object]], keys: Sequence[ColumnSpec],
+              ) -> list[dict[str, object]]:
+    """executemany parameters for adapted rows (``v<i>`` after, ``k<i>`` before)."""
+    has_pk = any(c.primary_key for c in keys)
+    key_index = [i for i, c in enumerate(keys) if c.primary_key or not has_pk]
+    out: list[dict[str, object]] = []
+    count = max(len(after), len(before))
+    for r in range(count):
+        params: dict[str, object] = {}
+        if action is not RowAction.DELETE:
+            params.update({f"v{i}": v for i, v in enumerate(after[r])})
+        if action is not RowAction.INSERT:
+            row = before[r]
+            params.update({f"k{i}": row[i] for i in key_index})
+        out.append(params)
+    return out

@@ -1,0 +1,282 @@
+"""``trepctl``: drive a service's consumer groups over ZooKeeper, as Tungsten users do.
+
+The command writes a desired state; the services watch it and publish their status back.
+Options follow Tungsten's spelling (``-group``, ``-name``) with ``--`` forms as aliases.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import sqlalchemy as sa
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+
+from extractor.service import source_engine
+from replicator.config import ConfigError, ReplicatorConfig, load_config
+from replicator.control import ComponentNodes, Desired, consumer_groups, parse_seqno_ranges
+from replicator.control import services as list_services
+from replicator.state import State
+from replicator.tracking import CommitSeqnoTable, tracking_metadata
+from replicator.zk import connect
+
+#: Fields shown first by ``status``, in Tungsten's order; the rest follow sorted.
+_FIRST = ("state", "appliedLastSeqno", "appliedLastEventId", "appliedLastEpoch",
+          "appliedLatency", "pendingError", "pendingErrorCode", "pendingErrorEventId",
+          "pendingErrorSeqno", "pendingExceptionMessage")
+
+
+class Ctx:
+    """What every sub-command needs: the configuration and a ZooKeeper session."""
+
+    def __init__(self, cfg: ReplicatorConfig) -> None:
+        self.cfg = cfg
+        self._zk: KazooClient | None = None
+
+    @property
+    def zk(self) -> KazooClient:
+        if self._zk is None:
+            try:
+                self._zk = connect(self.cfg.zookeeper.hosts, self.cfg.zookeeper.timeout_s)
+            except KazooTimeoutError:
+                _fail(f"ZooKeeper at {self.cfg.zookeeper.hosts} does not answer; is it up?")
+        return self._zk
+
+    def nodes(self, component: str) -> ComponentNodes:
+        return ComponentNodes(self.zk, self.cfg.zookeeper.root, self.cfg.service, component)
+
+    def groups(self, group: str | None) -> list[str]:
+        known = sorted({*self.cfg.consumers,
+                        *consumer_groups(self.zk, self.cfg.zookeeper.root, self.cfg.service)})
+        if group is None:
+            if not known:
+                _fail(f"service {self.cfg.service} has no consumer group")
+            return known
+        if group not in known:
+            _fail(f"service {self.cfg.service} has no consumer group {group!r} "
+                  f"(known: {', '.join(known) or 'none'})")
+        return [group]
+
+    def close(self) -> None:
+        if self._zk is not None:
+            self._zk.stop()
+            self._zk.close()
+
+
+def _fail(message: str, code: int = 1) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def _group_option(fn: Any) -> Any:
+    return click.option("-group", "--group", "group", default=None,
+                        help="One consumer group (default: all of the service).")(fn)
+
+
+@click.group()
+@click.option("-c", "--config", "config_path", type=click.Path(path_type=Path),
+              envvar="TREP_CONFIG", required=True, help="Service configuration (YAML).")
+@click.pass_context
+def cli(ctx: click.Context, config_path: Path) -> None:
+    """Control a replicator service (Tungsten's trepctl over ZooKeeper)."""
+    try:
+        cfg = load_config(config_path)
+    except ConfigError as exc:
+        _fail(str(exc), 2)
+        return
+    state = Ctx(cfg)
+    ctx.obj = state
+    ctx.call_on_close(state.close)
+
+
+@cli.command()
+@click.pass_obj
+def services(ctx: Ctx) -> None:
+    """List the services registered in ZooKeeper."""
+    for name in list_services(ctx.zk, ctx.cfg.zookeeper.root):
+        click.echo(name)
+
+
+def _status_of(ctx: Ctx, component: str) -> dict[str, Any]:
+    nodes = ctx.nodes(component)
+    status = nodes.status() or {"state": State.OFFLINE.value}
+    if not nodes.alive() and status.get("state") != State.ERROR.value:
+        status["state"] = State.OFFLINE.value
+        status["process"] = "not running"
+    else:
+        status["process"] = "running" if nodes.alive() else "not running"
+    return status
+
+
+def _all_status(ctx: Ctx, group: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"serviceName": ctx.cfg.service}
+    if group is None:
+        out["extractor"] = _status_of(ctx, "extractor")
+    out["consumers"] = {g: _status_of(ctx, f"consumers/{g}") for g in ctx.groups(group)}
+    return out
+
+
+@cli.command()
+@_group_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def status(ctx: Ctx, group: str | None, as_json: bool) -> None:
+    """State and positions of the extractor and each consumer group."""
+    data = _all_status(ctx, group)
+    if as_json:
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
+        return
+    parts = [("extractor", data["extractor"])] if "extractor" in data else []
+    parts += [(f"consumer {g}", s) for g, s in data["consumers"].items()]
+    for title, fields in parts:
+        click.echo(f"Processing status command ({title})...")
+        click.echo(f"{'NAME':<25}VALUE\n{'----':<25}-----")
+        keys = [k for k in _FIRST if k in fields] + sorted(k for k in fields if k not in _FIRST)
+        for key in keys:
+            value = fields[key]
+            click.echo(f"{key:<25}: {json.dumps(value) if isinstance(value, list) else value}")
+        click.echo("Finished status command...")
+
+
+def _request(ctx: Ctx, groups: list[str], change: Any) -> None:
+    for g in groups:
+        def apply(d: Desired) -> None:
+            change(d)
+            d.request += 1
+        ctx.nodes(f"consumers/{g}").update_desired(apply)
+
+
+@cli.command()
+@_group_option
+@click.option("-skip-seqno", "--skip-seqno", "skip", default=None,
+              help="Move past these seqnos without applying them: N, N,M or N-K.")
+@click.option("-from-seqno", "--from-seqno", "from_seqno", type=int, default=None,
+              help="Apply from this seqno, ignoring the stored position (replay).")
+@click.pass_obj
+def online(ctx: Ctx, group: str | None, skip: str | None, from_seqno: int | None) -> None:
+    """Put consumer groups ONLINE (also clears OFFLINE:ERROR)."""
+    try:
+        skips = parse_seqno_ranges(skip) if skip else []
+    except ValueError as exc:
+        _fail(f"--skip-seqno: {exc}", 2)
+        return
+    if from_seqno is not None and from_seqno < 0:
+        _fail("--from-seqno must be 0 or more", 2)
+
+    def change(d: Desired) -> None:
+        d.state = "ONLINE"
+        d.skip_seqnos = sorted({*d.skip_seqnos, *skips})
+        if from_seqno is not None:
+            d.from_seqno = from_seqno
+    _request(ctx, ctx.groups(group), change)
+
+
+@cli.command()
+@_group_option
+@click.pass_obj
+def offline(ctx: Ctx, group: str | None) -> None:
+    """Take consumer groups OFFLINE at the next transaction boundary."""
+    def change(d: Desired) -> None:
+        d.state = "OFFLINE"
+    _request(ctx, ctx.groups(group), change)
+
+
+@cli.command()
+@_group_option
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--timeout", type=float, default=60.0, show_default=True)
+@click.pass_obj
+def reset(ctx: Ctx, group: str | None, yes: bool, timeout: float) -> None:
+    """Take groups OFFLINE and clear their stored positions (target and ZooKeeper)."""
+    groups = ctx.groups(group)
+    if not yes:
+        click.confirm(f"Clear the positions of {', '.join(groups)} of service "
+                      f"{ctx.cfg.service}? They will apply from the THL's start (or "
+                      "--from-seqno) when next online", abort=True)
+
+    def change(d: Desired) -> None:
+        d.state = "OFFLINE"
+        d.reset = True
+        d.skip_seqnos = []
+        d.from_seqno = None
+    _request(ctx, groups, change)
+    deadline = time.monotonic() + timeout
+    for g in groups:
+        nodes = ctx.nodes(f"consumers/{g}")
+        if not nodes.alive():
+            _fail(f"consumer group {g} is not running; the reset happens when it starts")
+        while nodes.desired().reset:
+            if time.monotonic() > deadline:
+                _fail(f"consumer group {g} did not reset within {timeout} s")
+            time.sleep(0.2)
+        click.echo(f"{g}: position cleared")
+
+
+@cli.command()
+@click.option("-name", "--name", default="MASTER", show_default=True,
+              help="Name recorded with the heartbeat.")
+@click.pass_obj
+def heartbeat(ctx: Ctx, name: str) -> None:
+    """Write the source heartbeat table; the row travels through the THL to every target."""
+    engine = source_engine(ctx.cfg)
+    try:
+        table = tracking_metadata(ctx.cfg.tracking_schema).tables[
+            f"{ctx.cfg.tracking_schema}.heartbeat"]
+        with engine.begin() as conn:
+            CommitSeqnoTable(ctx.cfg.tracking_schema).create(conn)
+            conn.execute(sa.text("SET time_zone = '+00:00'"))
+            now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+            done = conn.execute(sa.update(table).where(table.c.id == 1).values(
+                source_tstamp=now, name=name, salt=table.c.salt + 1))
+            if done.rowcount == 0:
+                conn.execute(sa.insert(table).values(id=1, source_tstamp=now, name=name,
+                                                      salt=1))
+    except sa.exc.DBAPIError as exc:
+        _fail(f"cannot write the heartbeat on the source: {exc.orig}")
+    finally:
+        engine.dispose()
+    click.echo(f"heartbeat {name} written at {now.isoformat()}Z")
+
+
+@cli.command()
+@_group_option
+@click.option("-applied", "--applied", "seqno", type=int, required=True,
+              help="Wait until this seqno is applied.")
+@click.option("-limit", "--limit", "timeout", type=float, default=300.0, show_default=True,
+              help="Seconds to wait at most.")
+@click.pass_obj
+def wait(ctx: Ctx, group: str | None, seqno: int, timeout: float) -> None:
+    """Wait until consumer groups applied ``seqno`` (exit 1 on error or timeout)."""
+    groups = ctx.groups(group)
+    deadline = time.monotonic() + timeout
+    for _ in _until(deadline):
+        statuses = {g: _status_of(ctx, f"consumers/{g}") for g in groups}
+        for g, s in statuses.items():
+            if s.get("state") == State.ERROR.value:
+                _fail(f"{g} is OFFLINE:ERROR at seqno {s.get('pendingErrorSeqno')}: "
+                      f"{s.get('pendingExceptionMessage')}")
+        if all(s.get("appliedLastSeqno", -1) >= seqno for s in statuses.values()):
+            click.echo(f"seqno {seqno} applied by {', '.join(groups)}")
+            return
+    _fail(f"seqno {seqno} not applied by {', '.join(groups)} within {timeout} s")
+
+
+def _until(deadline: float) -> Iterator[None]:
+    while time.monotonic() < deadline:
+        yield
+        time.sleep(0.2)
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

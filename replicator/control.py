@@ -1,0 +1,182 @@
+"""The ZooKeeper control plane: trepctl writes a desired state, services publish their status.
+
+Layout under ``<root>/<service>``::
+
+    extractor/status             JSON status of the active extractor (persistent)
+    extractor/alive              ephemeral: an extractor process holds the service
+    consumers/<group>/desired    JSON Desired, written by trepctl
+    consumers/<group>/status     JSON status, written by the consumer
+    consumers/<group>/alive      ephemeral: a consumer process runs this group
+    consumers/<group>/position   the position mirror (replicator.zk)
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError as _BadVersion
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+
+@dataclass
+class Desired:
+    """What an operator wants from a consumer group."""
+
+    #: ``ONLINE`` or ``OFFLINE``.
+    state: str = "ONLINE"
+    #: Seqnos to move past without applying (``online --skip-seqno``); consumed when passed.
+    skip_seqnos: list[int] = field(default_factory=list)
+    #: Next seqno to apply, ignoring the stored position (``online --from-seqno``); one-shot.
+    from_seqno: int | None = None
+    #: Clear the stored position when next OFFLINE (``reset``); one-shot.
+    reset: bool = False
+    #: Bumped by every trepctl command, so a repeated ``online`` is a new request.
+    request: int = 0
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Desired:
+        raw = json.loads(data) if data else {}
+        return cls(**{k: v for k, v in raw.items() if k in cls.__dataclass_fields__})
+
+
+def parse_seqno_ranges(text: str) -> list[int]:
+    """``"5,7-9"`` -> ``[5, 7, 8, 9]`` (trepctl's ``--skip-seqno`` syntax)."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        low, dash, high = part.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise ValueError(f"not a seqno or seqno range: {part!r}")
+        lo, hi = int(low), int(high) if dash else int(low)
+        if hi < lo:
+            raise ValueError(f"empty seqno range: {part!r}")
+        if hi - lo > 100_000:
+            raise ValueError(f"seqno range too large to skip one by one: {part!r}")
+        out.extend(range(lo, hi + 1))
+    if not out:
+        raise ValueError("no seqno given")
+    return sorted(set(out))
+
+
+class ComponentNodes:
+    """The control znodes of one component (``extractor`` or ``consumers/<group>``)."""
+
+    def __init__(self, client: KazooClient, root: str, service: str, component: str) -> None:
+        self.client = client
+        self.path = f"{root.rstrip('/')}/{service}/{component}"
+
+    # -- written by the service -------------------------------------------------------------
+
+    def publish_status(self, status: dict[str, Any]) -> None:
+        _put(self.client, f"{self.path}/status", json.dumps(status).encode())
+
+    def mark_alive(self, identity: str) -> None:
+        """An ephemeral node that vanishes with this process's ZooKeeper session."""
+        path = f"{self.path}/alive"
+        try:
+            self.client.create(path, identity.encode(), ephemeral=True, makepath=True)
+        except NodeExistsError:
+            self.client.set(path, identity.encode())
+
+    def watch_desired(self, on_change: Callable[[Desired], None]) -> None:
+        """Call ``on_change`` now and whenever trepctl changes the desired state."""
+        path = f"{self.path}/desired"
+        self.client.ensure_path(self.path)
+
+        def changed(data: bytes | None, _stat: object) -> None:
+            on_change(Desired.from_json(data or b""))
+
+        self.client.DataWatch(path, changed)
+
+    # -- written by trepctl (and by a consumer consuming one-shot requests) -----------------
+
+    def desired(self) -> Desired:
+        try:
+            data, _ = self.client.get(f"{self.path}/desired")
+        except NoNodeError:
+            return Desired()
+        return Desired.from_json(data)
+
+    def update_desired(self, change: Callable[[Desired], None]) -> Desired:
+        """Read-modify-write of the desired state, retried on a concurrent write."""
+        path = f"{self.path}/desired"
+        self.client.ensure_path(self.path)
+        while True:
+            try:
+                data, stat = self.client.get(path)
+                version = stat.version
+            except NoNodeError:
+                data, version = b"", -1
+            desired = Desired.from_json(data)
+            change(desired)
+            payload = json.dumps(asdict(desired)).encode()
+            try:
+                if version < 0:
+                    self.client.create(path, payload, makepath=True)
+                else:
+                    self.client.set(path, payload, version=version)
+                return desired
+            except (NodeExistsError, _BadVersion):
+                continue
+
+    def status(self) -> dict[str, Any] | None:
+        try:
+            data, _ = self.client.get(f"{self.path}/status")
+        except NoNodeError:
+            return None
+        status: dict[str, Any] = json.loads(data)
+        return status
+
+    def alive(self) -> bool:
+        return self.client.exists(f"{self.path}/alive") is not None
+
+
+def consumer_groups(client: KazooClient, root: str, service: str) -> list[str]:
+    """Consumer groups that ever published anything for ``service``."""
+    try:
+        return sorted(client.get_children(f"{root.rstrip('/')}/{service}/consumers"))
+    except NoNodeError:
+        return []
+
+
+def services(client: KazooClient, root: str) -> list[str]:
+    """Every service known under ``root``."""
+    try:
+        return sorted(client.get_children(root.rstrip("/") or "/"))
+    except NoNodeError:
+        return []
+
+
+def _put(client: KazooClient, path: str, data: bytes) -> None:
+    try:
+        client.set(path, data)
+    except NoNodeError:
+        try:
+            client.create(path, data, makepath=True)
+        except NodeExistsError:
+            client.set(path, data)
+
+
+class Wakeup:
+    """A flag a watcher thread sets and the service loop waits on."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def wait(self, timeout: float) -> bool:
+        fired = self._event.wait(timeout)
+        self._event.clear()
+        return fired
+
+
+

@@ -1,0 +1,111 @@
+"""``trep-run -c service.yml``: the extractor and the consumer groups of one service.
+
+Each component runs in its own thread; SIGTERM/SIGINT stop them on transaction boundaries.
+Prometheus metrics are served on ``metrics.port`` (127.0.0.1) when it is set.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import click
+from prometheus_client import CollectorRegistry, start_http_server
+
+from consumers.factory import build_runtime
+from extractor.service import Extractor
+from replicator.config import ConfigError, ReplicatorConfig, load_config
+from replicator.zk import connect
+
+log = logging.getLogger("trep-run")
+
+
+class Runner:
+    """Starts the chosen components, stops them together."""
+
+    def __init__(self, cfg: ReplicatorConfig, *, extractor: bool, consumers: list[str]) -> None:
+        self.cfg = cfg
+        self.registry = CollectorRegistry()
+        self.zk = connect(cfg.zookeeper.hosts, cfg.zookeeper.timeout_s)
+        self.extractor = Extractor(cfg) if extractor else None
+        self.runtimes = [build_runtime(cfg, name, self.zk, self.registry) for name in consumers]
+        self.failures: list[str] = []
+        self._threads: list[threading.Thread] = []
+        self._stopped = threading.Event()
+
+    def start(self) -> None:
+        if self.cfg.metrics.port:
+            start_http_server(self.cfg.metrics.port, addr="127.0.0.1", registry=self.registry)
+        if self.extractor is not None:
+            self._spawn("extractor", self.extractor.run)
+        for runtime in self.runtimes:
+            self._spawn(f"consumer {runtime.name}", runtime.run)
+
+    def _spawn(self, name: str, target: object) -> None:
+        def run() -> None:
+            try:
+                target()  # type: ignore[operator]
+            except Exception as exc:
+                log.exception("%s stopped: %s", name, exc)
+                self.failures.append(f"{name}: {exc}")
+
+        thread = threading.Thread(target=run, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self.extractor is not None:
+            self.extractor.stop()
+        for runtime in self.runtimes:
+            runtime.stop()
+
+    def wait(self) -> None:
+        """Until stop() and every component finished (or every component ended by itself)."""
+        while any(t.is_alive() for t in self._threads):
+            for t in self._threads:
+                t.join(0.5)
+        self.zk.stop()
+        self.zk.close()
+
+
+@click.command()
+@click.option("-c", "--config", "config_path", type=click.Path(path_type=Path), required=True,
+              help="Service configuration (YAML).")
+@click.option("--extractor/--no-extractor", default=True, show_default=True,
+              help="Run the service's extractor.")
+@click.option("--consumer", "only", multiple=True,
+              help="Run only this consumer group (repeatable; default: all configured).")
+@click.option("--no-consumers", is_flag=True, help="Run no consumer group.")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def main(config_path: Path, extractor: bool, only: tuple[str, ...], no_consumers: bool,
+         verbose: bool) -> None:
+    """Run a replicator service: its extractor and its consumer groups."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s")
+    try:
+        cfg = load_config(config_path)
+    except ConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    unknown = [g for g in only if g not in cfg.consumers]
+    if unknown:
+        click.echo(f"error: {config_path}: no consumer group {', '.join(unknown)} "
+                   f"(configured: {', '.join(cfg.consumers) or 'none'})", err=True)
+        sys.exit(2)
+    groups = [] if no_consumers else list(only or cfg.consumers)
+    runner = Runner(cfg, extractor=extractor, consumers=groups)
+    signal.signal(signal.SIGTERM, lambda *_: runner.stop())
+    signal.signal(signal.SIGINT, lambda *_: runner.stop())
+    runner.start()
+    runner.wait()
+    if runner.failures:
+        click.echo("error: " + "; ".join(runner.failures), err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""The replicator state machine (the whitepaper's states) and the status a component publishes."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class State(StrEnum):
+    """Where a consumer is. Transitions happen on transaction boundaries only."""
+
+    OFFLINE = "OFFLINE:NORMAL"
+    ERROR = "OFFLINE:ERROR"
+    SYNCHRONIZING = "GOING-ONLINE:SYNCHRONIZING"
+    ONLINE = "ONLINE"
+
+
+@dataclass
+class Status:
+    """What ``trepctl status`` shows for one consumer group (Tungsten's field names)."""
+
+    serviceName: str
+    role: str
+    state: str = State.OFFLINE.value
+    appliedLastSeqno: int = -1
+    appliedLastEventId: str = ""
+    appliedLastEpoch: int = -1
+    appliedLatency: float = 0.0
+    pendingError: str = "NONE"
+    pendingErrorCode: str = "NONE"
+    pendingErrorEventId: str = "NONE"
+    pendingErrorSeqno: int = -1
+    pendingExceptionMessage: str = "NONE"
+    skippedSeqnos: list[int] = field(default_factory=list)
+    timeInStateSeconds: float = 0.0
+    stateSince: float = field(default_factory=time.time)
+    host: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["timeInStateSeconds"] = round(time.time() - self.stateSince, 3)
+        return data
+
+    def set_state(self, state: State) -> None:
+        if self.state != state.value:
+            self.state = state.value
+            self.stateSince = time.time()
+
+    def clear_error(self) -> None:
+        self.pendingError = self.pendingErrorCode = "NONE"
+        self.pendingErrorEventId = self.pendingExceptionMessage = "NONE"
+        self.pendingErrorSeqno = -1

@@ -1,0 +1,159 @@
+"""Crashes, a target outage and a diverged log: nothing lost, nothing applied twice."""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+
+from kazoo.exceptions import NoNodeError
+
+from stack import services
+
+from .conftest import Replication
+from .tables import (
+    ACCOUNTS_MYSQL,
+    ACCOUNTS_NAMES,
+    ACCOUNTS_PG,
+    NOPK_MYSQL,
+    NOPK_NAMES,
+    NOPK_PG,
+    compare,
+    create_tables,
+)
+from .workload import MixedWorkload
+
+
+def test_consumers_killed_twenty_times_under_load_apply_everything_once(
+        replication: Replication) -> None:
+    rep = replication
+    rep.start(consumers=[])  # the extractor here, the consumers in a process we kill
+    create_tables(rep, (ACCOUNTS_MYSQL, ACCOUNTS_PG), (NOPK_MYSQL, NOPK_PG))
+    work = MixedWorkload(rep.source.port, rep.schema, seed=23)
+    work.start()
+    rng = random.Random(5)
+    try:
+        for _ in range(20):
+            proc = rep.spawn("--no-extractor")
+            time.sleep(rng.uniform(1.5, 4.0))
+            assert proc.poll() is None, rep.log_path.read_text()[-3000:]
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(30)
+    finally:
+        committed = work.stop()
+    assert committed > 500
+    proc = rep.spawn("--no-extractor")
+    try:
+        rep.wait_source_applied(timeout=300)
+        # The table without a key is the one a double apply would show (duplicate rows).
+        assert compare(rep, "nopk", NOPK_NAMES, "a, b, c") > 5
+        assert compare(rep, "accounts", ACCOUNTS_NAMES, "id") > 50
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, rep.log_path.read_text()[-3000:]
+
+
+def test_target_down_for_thirty_seconds_under_load_recovers_and_converges(
+        replication: Replication) -> None:
+    rep = replication
+    rep.start()
+    create_tables(rep, (ACCOUNTS_MYSQL, ACCOUNTS_PG), (NOPK_MYSQL, NOPK_PG))
+    work = MixedWorkload(rep.source.port, rep.schema, seed=31)
+    work.start()
+    target = services.get("mariadb-target")
+    try:
+        time.sleep(3)
+        target.stop()
+        time.sleep(30)
+        status = rep.status("mariadb")
+        assert status["state"] == "GOING-ONLINE:SYNCHRONIZING", status
+        assert "retrying" in status["pendingExceptionMessage"]
+        target.start()
+        time.sleep(3)
+    finally:
+        if not target.running():
+            target.start()
+        work.stop()
+    rep.wait_source_applied(timeout=300)
+    assert rep.status("mariadb")["state"] == "ONLINE"
+    assert compare(rep, "accounts", ACCOUNTS_NAMES, "id") > 10
+    assert compare(rep, "nopk", NOPK_NAMES, "a, b, c") > 5
+
+
+def test_recreated_thl_topic_is_refused_with_the_epoch_message(
+        replication: Replication) -> None:
+    rep = replication
+    rep.start()
+    create_tables(rep, (ACCOUNTS_MYSQL, ACCOUNTS_PG))
+    for i in range(1, 21):
+        rep.src(f"INSERT INTO {rep.schema}.accounts (id, name) VALUES ({i}, 'old log')")
+    applied = rep.wait_source_applied()
+    runner = rep.runner
+    assert runner is not None and runner.extractor is not None
+    # The old log disappears under the running consumers; a fresh extractor (no position
+    # anywhere) writes a new log whose seqnos reuse the old numbers.
+    runner.extractor.stop()
+    for _ in range(100):
+        if rep.zk.exists(f"/tungsten/{rep.name}/extractor/alive") is None:
+            break
+        time.sleep(0.1)
+    admin = rep.admin()
+    admin.delete_topics([rep.cfg.thl_topic])[rep.cfg.thl_topic].result(30)
+    rep.src(f"DROP DATABASE {rep.cfg.tracking_schema}")
+    try:
+        rep.zk.delete(f"/tungsten/{rep.name}/extractor/position")
+    except NoNodeError:
+        pass
+    time.sleep(2)
+    rep.start_extractor()
+    for i in range(100, 100 + applied + 10):
+        rep.src(f"INSERT INTO {rep.schema}.accounts (id, name) VALUES ({i}, 'new log')")
+
+    for group in ("mariadb", "pg"):
+        status = rep.wait_state(group, "OFFLINE:ERROR", timeout=120)
+        assert "Log epoch numbers do not match" in status["pendingExceptionMessage"]
+        assert f"seqno={applied}" in status["pendingExceptionMessage"]
+        assert status["pendingErrorCode"] == "EPOCH"
+    assert rep.tgt(f"SELECT COUNT(*) FROM {rep.schema}.accounts WHERE name = 'new log'") \
+        == [(0,)]
+    assert rep.pgsql(f"SELECT COUNT(*) FROM \"{rep.schema}\".accounts WHERE name = 'new log'"
+                     ) == [(0,)]
+    assert rep.tgt(f"SELECT seqno FROM {rep.cfg.tracking_schema}.trep_commit_seqno") \
+        == [(applied,)]
+
+
+HOSTILE_MYSQL = """CREATE TABLE {s}.`sel``ect "tbl" ü` (
+  `from` INT PRIMARY KEY, `we"ird` VARCHAR(20), `back``tick` INT, `ünï 😀` TEXT,
+  `order` INT) DEFAULT CHARSET=utf8mb4"""
+HOSTILE_PG = """CREATE TABLE "{s}"."sel`ect ""tbl"" ü" (
+  "from" INT PRIMARY KEY, "we""ird" VARCHAR(20), "back`tick" INT, "ünï 😀" TEXT,
+  "order" INT)"""
+HOSTILE_NOKEY_MYSQL = """CREATE TABLE {s}.`where` (`select` INT, `group` VARCHAR(5))"""
+HOSTILE_NOKEY_PG = """CREATE TABLE "{s}"."where" ("select" INT, "group" VARCHAR(5))"""
+
+
+def test_hostile_identifiers_replicate(replication: Replication) -> None:
+    rep = replication
+    rep.start()
+    create_tables(rep, (HOSTILE_MYSQL, HOSTILE_PG), (HOSTILE_NOKEY_MYSQL, HOSTILE_NOKEY_PG))
+    s = rep.schema
+    table = f"{s}.`sel``ect \"tbl\" ü`"
+    rep.src(f"INSERT INTO {table} VALUES (1, 'a\"b', 1, '😀', 1), (2, NULL, 2, 'x', 2), "
+            f"(3, '%s', 3, '%(x)s', 3)")
+    rep.src(f"UPDATE {table} SET `we\"ird` = 'q''uote', `order` = 10 WHERE `from` = 1")
+    rep.src(f"DELETE FROM {table} WHERE `from` = 2")
+    rep.src(f"INSERT INTO {s}.`where` VALUES (1, 'a'), (1, 'a'), (NULL, NULL)")
+    rep.src(f"UPDATE {s}.`where` SET `group` = 'b' WHERE `select` = 1 LIMIT 1")
+    rep.src(f"DELETE FROM {s}.`where` WHERE `select` IS NULL")
+    rep.wait_source_applied()
+    cols = "`from`, `we\"ird`, `back``tick`, `ünï 😀`, `order`"
+    src = rep.src(f"SELECT {cols} FROM {table} ORDER BY `from`")
+    assert src == [(1, "q'uote", 1, "😀", 10), (3, "%s", 3, "%(x)s", 3)]
+    assert rep.tgt(f"SELECT {cols} FROM {table} ORDER BY `from`") == src
+    pg_cols = '"from", "we""ird", "back`tick", "ünï 😀", "order"'
+    assert rep.pgsql(f'SELECT {pg_cols} FROM "{s}"."sel`ect ""tbl"" ü" ORDER BY "from"') \
+        == src
+    nokey = rep.src(f"SELECT `select`, `group` FROM {s}.`where` ORDER BY `group`")
+    assert nokey == [(1, "a"), (1, "b")]
+    assert rep.tgt(f"SELECT `select`, `group` FROM {s}.`where` ORDER BY `group`") == nokey
+    assert rep.pgsql(f'SELECT "select", "group" FROM "{s}"."where" ORDER BY "group"') == nokey

@@ -1,0 +1,64 @@
+"""Row-change statements compile for MariaDB/MySQL, PostgreSQL and Oracle (compiled only)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql, oracle, postgresql
+
+from consumers.sql.statements import RowStatements, TargetTable, bind_rows, statement_for
+from thl_topics.event import ColumnSpec, RowAction
+
+HOSTILE = TargetTable('we"ird`schema', "sélect table", {
+    "id": sa.types.NullType(), "order": sa.types.NullType(), 'quo"te`s': sa.types.NullType()})
+PK = [ColumnSpec(0, "id", "INT", primary_key=True), ColumnSpec(1, "order", "VARCHAR"),
+      ColumnSpec(2, 'quo"te`s', "TEXT")]
+NO_PK = [ColumnSpec(0, "id", "INT"), ColumnSpec(1, "order", "VARCHAR"),
+         ColumnSpec(2, 'quo"te`s', "TEXT")]
+DIALECTS = {"mysql": mysql.dialect(), "postgresql": postgresql.dialect(),
+            "oracle": oracle.dialect()}
+
+
+def _sql(action: RowAction, keys: list[ColumnSpec], dialect: str) -> str:
+    stmt = statement_for(RowStatements(dialect), HOSTILE, action, PK, keys)
+    return str(stmt.compile(dialect=DIALECTS[dialect]))
+
+
+def test_identifiers_are_quoted_and_values_bound_in_every_dialect() -> None:
+    assert _sql(RowAction.INSERT, PK, "mysql") == (
+        "INSERT INTO `we\"ird``schema`.`sélect table` (id, `order`, `quo\"te``s`) "
+        "VALUES (%s, %s, %s)")
+    assert _sql(RowAction.INSERT, PK, "postgresql") == (
+        'INSERT INTO "we""ird`schema"."sélect table" (id, "order", "quo""te`s") '
+        "VALUES (%(v0)s, %(v1)s, %(v2)s)")
+    assert _sql(RowAction.INSERT, PK, "oracle") == (
+        'INSERT INTO "we""ird`schema"."sélect table" (id, "order", "quo""te`s") '
+        "VALUES (:v0, :v1, :v2)")
+
+
+def test_update_and_delete_by_primary_key() -> None:
+    pg = _sql(RowAction.UPDATE, PK, "postgresql")
+    assert pg.endswith('WHERE "we""ird`schema"."sélect table".id = %(k0)s')
+    ora = _sql(RowAction.DELETE, PK, "oracle")
+    assert ora == 'DELETE FROM "we""ird`schema"."sélect table" WHERE ' \
+        '"we""ird`schema"."sélect table".id = :k0'
+
+
+def test_no_primary_key_matches_the_whole_before_image_null_safe_one_row() -> None:
+    my = _sql(RowAction.DELETE, NO_PK, "mysql")
+    assert "`order` <=> %s" in my and my.endswith("LIMIT 1")
+    pg = _sql(RowAction.UPDATE, NO_PK, "postgresql")
+    assert "IS NOT DISTINCT FROM %(k1)s" in pg and "WHERE ctid = (SELECT ctid" in pg
+    assert "LIMIT" in pg
+    ora = _sql(RowAction.DELETE, NO_PK, "oracle")
+    # Oracle has no IS NOT DISTINCT FROM: SQLAlchemy's DECODE is NULL-safe.
+    assert 'DECODE("we""ird`schema"."sélect table"."order", :k1, 0, 1) = 0' in ora
+    assert "WHERE ROWID = (SELECT ROWID" in ora and "FETCH FIRST" in ora
+
+
+def test_bind_rows_uses_the_key_or_the_whole_before_image() -> None:
+    after, before = [[1, "a", None]], [[1, "b", "x"]]
+    assert bind_rows(RowAction.UPDATE, after, before, PK) == [
+        {"v0": 1, "v1": "a", "v2": None, "k0": 1}]
+    assert bind_rows(RowAction.DELETE, [], before, NO_PK) == [
+        {"k0": 1, "k1": "b", "k2": "x"}]
+    assert bind_rows(RowAction.INSERT, after, [], PK) == [{"v0": 1, "v1": "a", "v2": None}]
