@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -31,7 +31,7 @@ class TargetTable:
     schema: str | None
     name: str
     #: Reflected type of each target column, by name.
-    types: dict[str, sa.types.TypeEngine[object]]
+    types: dict[str, sa.types.TypeEngine[Any]]
     table: sa.Table = field(init=False)
 
     def __post_init__(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -17,7 +18,7 @@ from thl_topics.event import ColumnSpec, ThlValue
 from thl_topics.values import format_time, from_thl
 
 
-def adapt(value: object, target: sa.types.TypeEngine[object], dialect: str,
+def adapt(value: object, target: sa.types.TypeEngine[Any], dialect: str,
           spec: ColumnSpec) -> object:
     """``value`` (from ``from_thl``) in the form the target column's driver wants."""
     if value is None:
@@ -49,7 +50,7 @@ def spec_text(value: dt.timedelta) -> str:
 
 
 def adapt_row(row: Sequence[ThlValue], specs: Sequence[ColumnSpec],
-              targets: Sequence[sa.types.TypeEngine[object]], dialect: str) -> list[object]:
+              targets: Sequence[sa.types.TypeEngine[Any]], dialect: str) -> list[object]:
     """One THL row, column by column."""
     return [adapt(from_thl(spec, raw), target, dialect, spec)
             for raw, spec, target in zip(row, specs, targets, strict=True)]

@@ -14,8 +14,9 @@ PK = [ColumnSpec(0, "id", "INT", primary_key=True), ColumnSpec(1, "order", "VARC
       ColumnSpec(2, 'quo"te`s', "TEXT")]
 NO_PK = [ColumnSpec(0, "id", "INT"), ColumnSpec(1, "order", "VARCHAR"),
          ColumnSpec(2, 'quo"te`s', "TEXT")]
-DIALECTS = {"mysql": mysql.dialect(), "postgresql": postgresql.dialect(),
-            "oracle": oracle.dialect()}
+DIALECTS = {"mysql": mysql.dialect(),
+            "postgresql": postgresql.dialect(),  # type: ignore[no-untyped-call]
+            "oracle": oracle.dialect()}  # type: ignore[no-untyped-call]
 
 
 def _sql(action: RowAction, keys: list[ColumnSpec], dialect: str) -> str:
