@@ -241,9 +241,15 @@ class SqlApplier:
                                 if self.statements_mode != "apply" else
                                 f"table {schema}.{table} does not exist on {self.target}"
                                 ) from None
-            found = TargetTable(schema, table, {c["name"]: c["type"] for c in columns})
+            found = TargetTable(schema, table, {self._column_name(c["name"]): c["type"]
+                                                for c in columns})
             self._tables[key] = found
         return found
+
+    def _column_name(self, reflected: str) -> str:
+        # SQLAlchemy's MySQL reflection parses SHOW CREATE TABLE and keeps a backtick inside
+        # a name doubled (`back``tick` comes back as "back``tick").
+        return reflected.replace("``", "`") if self.dialect in _MYSQL else reflected
 
     def _rows(self, change: RowChange, event: ThlEvent) -> None:
         target = self._table(change.schema, change.table)
