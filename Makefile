@@ -8,8 +8,8 @@ STAMP := $(VENV)/.installed
 .PHONY: help venv test test-unit test-integration lint demo bench stack-up stack-down stack-status clean
 
 help:
-	@echo "make demo          bring the local stack up, extract a workload, show it with thl list"
-	@echo "make bench         extraction benchmark (JSON in bench/results/)"
+	@echo "make demo          bring the local stack up, replicate a live workload to MariaDB and PostgreSQL"
+	@echo "make bench         extraction and apply benchmarks (JSON in bench/results/)"
 	@echo "make test          lint, unit tests and integration tests against the real servers"
 	@echo "make stack-up | stack-down | stack-status"
 	@echo "make lint          ruff + mypy"
@@ -44,8 +44,9 @@ demo: $(STAMP)
 	$(PY) demo/run_demo.py
 
 bench: $(STAMP)
-	$(PY) -m stack up zookeeper kafka mariadb-source
+	$(PY) -m stack up zookeeper kafka mariadb-source mariadb-target postgresql
 	$(PY) bench/extract_bench.py
+	$(PY) bench/apply_bench.py
 
 stack-up: $(STAMP)
 	$(PY) -m stack up

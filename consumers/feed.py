@@ -39,6 +39,9 @@ class ThlFeed:
             # Never jump silently: a position Kafka does not have means the log changed.
             "auto.offset.reset": "error",
             "fetch.wait.max.ms": 100,
+            # Notice a deleted THL topic within seconds (default: 5 minutes), so the
+            # consumer goes back through the handshake instead of reading a new log.
+            "topic.metadata.refresh.interval.ms": 2000,
         })
 
     def close(self) -> None:
@@ -95,8 +98,10 @@ class ThlFeed:
     def commit(self, next_offset: int) -> None:
         """Commit the group's offset (the record after the last one applied)."""
         try:
+            # Asynchronous: the offset only feeds lag tools, a synchronous round trip per
+            # block cost ~8 ms of every 10-event block in the apply benchmark.
             self._consumer.commit(offsets=[TopicPartition(self.topic, 0, next_offset)],
-                                  asynchronous=False)
+                                  asynchronous=True)
         except KafkaException as exc:
             # The target holds the truth; a lost offset commit only makes lag tools lag.
             log.warning("group %s: offset commit failed: %s", self.group_id, exc)

@@ -93,6 +93,8 @@ class ConsumerRuntime:
         self._error_request: int | None = None
         #: After a data error inside a multi-seqno block: commit seqno by seqno up to here.
         self._careful_until = -1
+        #: The expected seqno at which a gap was seen once (then re-checked by handshake).
+        self._gap_checked = -1
         self._last_publish = 0.0
         self._stale = False
 
@@ -358,6 +360,14 @@ class ConsumerRuntime:
                 if expected is not None and event.seqno < expected:
                     log.debug("%s: seqno %d already applied", self.name, event.seqno)
                     continue
+                if expected is not None and event.seqno > expected \
+                        and self._gap_checked != expected:
+                    # A hole, or another log under the same topic name (recreated): go back
+                    # through the handshake once before calling it a gap.
+                    self._gap_checked = expected
+                    raise TransientError(f"seqno {event.seqno} follows {expected - 1} at "
+                                         f"offset {rec.offset}; checking the log again",
+                                         seqno=expected)
                 if expected is not None and event.seqno > expected:
                     raise SeqnoGap(f"THL topic {self.feed_settings.topic} jumps from seqno "
                                    f"{expected - 1} to {event.seqno} at offset {rec.offset}: "

@@ -1,95 +1,644 @@
-"""The README's demo: a workload on the source MariaDB, extracted into the THL and listed.
+"""The README's demo: live replication from the source MariaDB to a MariaDB and a PostgreSQL target.
 
-Run by ``make demo`` after the stack is up. It starts the extractor of service ``demo``,
-commits a few transactions (DDL, inserts, an update, a delete, every kind of value), waits
-until the THL holds them, prints them with ``thl list``, prints ``thl info``, and stops the
-extractor. Run it again: the THL keeps growing, seqnos stay gapless.
+Run by ``make demo`` after the stack is up. It
+
+1. sets both consumer groups OFFLINE (``trepctl offline``) and starts one ``trep-run``
+   process (``python -m replicator.runner -c demo/demo.yml``): the extractor and the groups
+   ``mariadb`` and ``postgresql``;
+2. commits a marker on the source and waits until the THL holds it, so whatever reached the
+   binlog since the last run is in the THL before the demo tables are rebuilt;
+3. puts ``mariadb`` ONLINE from its stored position (it applies that backlog, then the
+   rebuild's DDL); rebuilds the PostgreSQL tables by hand (that target skips DDL) and puts
+   ``postgresql`` ONLINE with ``--from-seqno`` after the marker, as one re-provisions a
+   target;
+4. drops and recreates the demo tables on the source, then commits a few hundred
+   transactions of inserts, updates and deletes over two tables, one without a primary key,
+   with unicode, NULLs, decimals and binary, while the runner replicates;
+5. shows ``thl list -last 3`` and ``trepctl status``, waits with
+   ``trepctl wait -applied <THL tail>``, prints ``thl info``;
+6. compares every demo table on the three servers (row count, and a SHA-256 over the rows
+   normalised to text and sorted), prints the table and exits 1 if anything differs;
+7. stops the runner with SIGTERM.
+
+Run it again: the THL topic and the positions persist; ``mariadb`` resumes where it stopped
+and the tables converge again.
 """
 
 from __future__ import annotations
 
-import os
+import argparse
+import datetime as dt
+import decimal
+import hashlib
+import json
+import random
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pymysql
+import sqlalchemy as sa
+from confluent_kafka.admin import AdminClient
+from kazoo.exceptions import NoNodeError
+
+from replicator.config import ReplicatorConfig, load_config
+from replicator.control import ComponentNodes
+from replicator.state import State
+from replicator.tracking import CommitSeqnoTable
+from replicator.zk import connect
+from thl_topics.errors import ThlTopicMissing
+from thl_topics.event import ThlEvent
+from thl_topics.reader import ThlReader
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 CONFIG = HERE / "demo.yml"
 PY = sys.executable
-
-WORKLOAD = [
-    ["CREATE DATABASE IF NOT EXISTS demo_shop",
-     "CREATE TABLE IF NOT EXISTS demo_shop.customers (id INT PRIMARY KEY, name VARCHAR(50), "
-     "balance DECIMAL(12,2), joined DATETIME(6), avatar VARBINARY(16))"],
-    ["INSERT INTO demo_shop.customers VALUES "
-     "(1, 'Ada 😀', 12.50, NOW(6), 0x00FF00), (2, 'Grace', NULL, NOW(6), NULL) "
-     "ON DUPLICATE KEY UPDATE name = VALUES(name)"],
-    ["UPDATE demo_shop.customers SET balance = COALESCE(balance, 0) + 1 WHERE id = 2",
-     "DELETE FROM demo_shop.customers WHERE id = 1"],
-]
+SCHEMA = "demo_shop"
+SOURCE_PORT = 13306
+TARGET_PORT = 13307
+PG_PORT = 15432
 
 
-def thl(*args: str) -> int:
-    """Run the thl command against the demo service."""
-    return subprocess.call([PY, "-m", "replicator.cli.thl", "-c", str(CONFIG), *args],
-                           cwd=ROOT)
+@dataclass(frozen=True)
+class DemoTable:
+    """A demo table: its DDL on MariaDB and on PostgreSQL, and the columns compared."""
+
+    name: str
+    mariadb: str
+    postgresql: str
+    columns: tuple[str, ...]
 
 
-def tail_seqno() -> int:
-    out = subprocess.run([PY, "-m", "replicator.cli.thl", "-c", str(CONFIG), "list",
-                          "-last", "1", "--json"], cwd=ROOT, capture_output=True, text=True)
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    return int(lines[-1].split('"seqno": ')[1].split(",")[0]) if lines else -1
+TABLES = (
+    DemoTable(
+        "customers",
+        f"CREATE TABLE {SCHEMA}.customers (id INT NOT NULL PRIMARY KEY, "
+        "name VARCHAR(80) NOT NULL, email VARCHAR(120) NULL, balance DECIMAL(12,2) NULL, "
+        "joined DATETIME(6) NOT NULL, active TINYINT(1) NOT NULL DEFAULT 1, "
+        "avatar VARBINARY(32) NULL) DEFAULT CHARSET=utf8mb4",
+        f"CREATE TABLE {SCHEMA}.customers (id integer NOT NULL PRIMARY KEY, "
+        "name varchar(80) NOT NULL, email varchar(120), balance numeric(12,2), "
+        "joined timestamp(6) NOT NULL, active boolean NOT NULL DEFAULT true, avatar bytea)",
+        ("id", "name", "email", "balance", "joined", "active", "avatar"),
+    ),
+    DemoTable(
+        # No primary key: updates and deletes are matched by the whole before image and touch
+        # one row, so exact duplicates (legal here) stay consistent.
+        "audit_log",
+        f"CREATE TABLE {SCHEMA}.audit_log (customer_id INT NOT NULL, action VARCHAR(16) NOT NULL, "
+        "note VARCHAR(200) NULL, amount DECIMAL(14,4) NULL, payload VARBINARY(64) NULL, "
+        "logged_at DATETIME(3) NOT NULL, KEY customer_idx (customer_id)) DEFAULT CHARSET=utf8mb4",
+        f"CREATE TABLE {SCHEMA}.audit_log (customer_id integer NOT NULL, "
+        "action varchar(16) NOT NULL, note varchar(200), amount numeric(14,4), payload bytea, "
+        "logged_at timestamp(3) NOT NULL)",
+        ("customer_id", "action", "note", "amount", "payload", "logged_at"),
+    ),
+)
+#: The ctid lookup of a keyless UPDATE/DELETE on PostgreSQL wants an index too.
+PG_EXTRA = (f"CREATE INDEX audit_log_customer_idx ON {SCHEMA}.audit_log (customer_id)",)
+
+NAMES = ("Ada Lovelace", "Grace Hopper", "Zoë Šimůnková", "Łukasz Żółć", "東京 太郎",
+         "Ολυμπία Παπαδοπούλου", "Renée 😀", "O'Brien", "back\\slash", "Ñandú Añejo",
+         "Søren Kierkegård", "Дмитрий", "  padded  ")
+NOTES = ("signup", "price changed: 9,99 € → 12,50 €", "ünïcødé ✓", "quote ' and \" both",
+         "line\nbreak", "tab\there", "", "emoji 🚀🚀")
+EPOCH = dt.datetime(2024, 1, 1)  # noqa: DTZ001 - DATETIME columns are naive on purpose
+
+
+# -- helpers for the three servers -------------------------------------------------------------
+
+def mysql(port: int) -> pymysql.connections.Connection[Any]:
+    """A connection to the source or the MariaDB target (utf8mb4, explicit commits)."""
+    return pymysql.connect(host="127.0.0.1", port=port, user="root", password="",
+                           charset="utf8mb4", autocommit=False)
+
+
+def pg() -> psycopg.Connection[Any]:
+    """A connection to PostgreSQL in UTC, autocommitted (DDL and reads only)."""
+    return psycopg.connect(host="127.0.0.1", port=PG_PORT, user="postgres", dbname="postgres",
+                           options="-c timezone=UTC", autocommit=True)
+
+
+def run_cli(module: str, *args: str) -> int:
+    """Run one of the replicator's commands against the demo service, output shown as is."""
+    return subprocess.call([PY, "-m", module, "-c", str(CONFIG), *args], cwd=ROOT)
+
+
+def thl_tail(cfg: ReplicatorConfig) -> ThlEvent | None:
+    """The last event of the THL (None: no topic yet, or an empty one)."""
+    try:
+        with ThlReader(cfg.kafka.bootstrap_servers, cfg.thl_topic) as reader:
+            rec = reader.tail()
+    except ThlTopicMissing:
+        return None
+    return rec.event if rec is not None else None
+
+
+# -- setup ---------------------------------------------------------------------------------
+
+def thl_event_at(cfg: ReplicatorConfig, seqno: int) -> ThlEvent | None:
+    """The THL's event ``seqno`` (its first fragment), None if the THL does not hold it."""
+    try:
+        with ThlReader(cfg.kafka.bootstrap_servers, cfg.thl_topic) as reader:
+            offset = reader.offset_of(seqno)
+            for rec in reader.records(offset, offset + 1):
+                return rec.event if rec.seqno == seqno else None
+    except ThlTopicMissing:
+        return None
+    return None
+
+
+def resumable(cfg: ReplicatorConfig, group: str) -> int | None:
+    """The group's stored seqno if the THL holds that event (the handshake will accept it).
+
+    None for a new target (no position while the THL holds earlier runs' history) or a
+    position from another THL (the topic was recreated): such a group is started after the
+    marker with ``--from-seqno`` instead.
+    """
+    engine = sa.create_engine(cfg.consumers[group].engine_url())
+    try:
+        with engine.connect() as conn:
+            stored = CommitSeqnoTable(cfg.tracking_schema).read(conn)
+    except sa.exc.ProgrammingError:
+        return None  # no tracking schema yet
+    finally:
+        engine.dispose()
+    if stored is None:
+        return None
+    there = thl_event_at(cfg, stored.seqno)
+    if there is None or (there.epoch, there.event_id) != (stored.epoch, stored.eventid):
+        return None
+    return stored.seqno
+
+
+def purged_binlog(cfg: ReplicatorConfig) -> str | None:
+    """The binlog file the extractor would resume in, if the source no longer has it."""
+    tail = thl_tail(cfg)
+    if tail is None:
+        return None
+    file = tail.event_id.split(":", 1)[0]
+    conn = mysql(SOURCE_PORT)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW BINARY LOGS")
+            present = {row[0] for row in cur.fetchall()}
+    finally:
+        conn.close()
+    return None if file in present else file
+
+
+def restart_extraction(cfg: ReplicatorConfig) -> None:
+    """Delete the THL topic and the extractor's positions: it starts at the binlog's end.
+
+    The extractor resumes from the THL tail, then the source's ``trep_commit_seqno``, then
+    ZooKeeper; with all three gone it starts a new THL at seqno 0. The targets' positions
+    then name no event of the new THL, and ``start_groups`` starts them after the marker.
+    """
+    admin = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers})
+    admin.delete_topics([cfg.thl_topic], operation_timeout=30)[cfg.thl_topic].result(60)
+    deadline = time.monotonic() + 60
+    # Deletion is asynchronous: the extractor could not recreate a topic still being deleted.
+    while cfg.thl_topic in admin.list_topics(timeout=10).topics:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"THL topic {cfg.thl_topic} is still there after 60 s")
+        time.sleep(0.5)
+    engine = sa.create_engine(f"mysql+pymysql://root@127.0.0.1:{SOURCE_PORT}/")
+    try:
+        with engine.begin() as conn:
+            tracking = CommitSeqnoTable(cfg.tracking_schema)
+            tracking.create(conn)
+            conn.execute(sa.delete(tracking.table))
+    finally:
+        engine.dispose()
+    zk = connect(cfg.zookeeper.hosts, cfg.zookeeper.timeout_s)
+    try:
+        zk.delete(f"{cfg.zookeeper.root.rstrip('/')}/{cfg.service}/extractor/position")
+    except NoNodeError:
+        pass
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def prepare_mariadb_target() -> None:
+    """Make sure ``demo_shop`` exists on the MariaDB target; its tables come through the THL.
+
+    MariaDB logs ``CREATE DATABASE IF NOT EXISTS demo_shop`` with ``demo_shop`` as the
+    statement's default schema, and the SQL applier runs ``USE <default schema>`` first, so
+    on a target without the database the group would stop ("default schema demo_shop ... does
+    not exist").
+    """
+    conn = mysql(TARGET_PORT)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS {SCHEMA} DEFAULT CHARACTER SET utf8mb4")
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def rebuild_postgresql() -> None:
+    """Drop and recreate the demo schema on PostgreSQL: DDL does not flow there."""
+    with pg() as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+        conn.execute(f"CREATE SCHEMA {SCHEMA}")
+        for stmt in (*(t.postgresql for t in TABLES), *PG_EXTRA):
+            conn.execute(stmt.encode())
+
+
+def wait_extractor_online(cfg: ReplicatorConfig, runner: subprocess.Popen[bytes],
+                          since: float, log: Path) -> None:
+    """Until this runner's extractor is ONLINE, i.e. its binlog start position is fixed.
+
+    With no THL yet it starts at the binlog's current end, so the marker must come after
+    this. ``stateSince`` tells our extractor from a status left by an earlier process.
+    """
+    zk = connect(cfg.zookeeper.hosts, cfg.zookeeper.timeout_s)
+    try:
+        nodes = ComponentNodes(zk, cfg.zookeeper.root, cfg.service, "extractor")
+        deadline = time.monotonic() + 90
+        while True:
+            status = nodes.status() or {}
+            if status.get("state") == State.ONLINE.value and \
+                    float(status.get("stateSince", 0)) >= since:
+                return
+            if runner.poll() is not None:
+                raise SystemExit(f"the runner exited with code {runner.returncode}; see {log}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the extractor did not go ONLINE within 90 s; see {log}")
+            time.sleep(0.2)
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def source_gtid(*statements: str) -> str:
+    """Run statements on the source in one transaction; the GTID it was logged under."""
+    conn = mysql(SOURCE_PORT)
+    try:
+        with conn.cursor() as cur:
+            for stmt in statements:
+                cur.execute(stmt)
+            conn.commit()
+            cur.execute("SELECT @@last_gtid")
+            row = cur.fetchone()
+    finally:
+        conn.close()
+    if row is None or not row[0]:
+        raise SystemExit("the source reports no GTID")
+    return str(row[0])
+
+
+def mark_source(cfg: ReplicatorConfig, runner: subprocess.Popen[bytes], log: Path) -> int:
+    """Commit a marker on the source; its seqno once the THL holds it.
+
+    The extractor resumes at the binlog position of the THL tail, so a change made to
+    ``demo_shop`` while the demo was not running is extracted now, before the marker.
+    """
+    marker = source_gtid(f"CREATE DATABASE IF NOT EXISTS {SCHEMA} DEFAULT CHARACTER SET utf8mb4")
+    return wait_thl_holds(cfg, marker, runner, log).seqno
+
+
+def start_groups(cfg: ReplicatorConfig, marker: int) -> None:
+    """Put each consumer group ONLINE: from its stored position, or right after the marker.
+
+    A group that skips statements (PostgreSQL) never sees the rebuild's DDL, so its tables
+    are rebuilt here by hand and it starts after the marker, skipping older events that
+    belong to the old tables, like a freshly provisioned target. A MySQL-family group
+    applies the DDL itself and resumes from its position when the THL still holds it.
+    """
+    for group, consumer in cfg.consumers.items():
+        stored = resumable(cfg, group) if consumer.statements != "skip" else None
+        if stored is not None:
+            print(f"\n=== trepctl online -group {group} (resumes after seqno {stored}, "
+                  f"THL at {marker}) ===", flush=True)
+            run_cli("replicator.cli.trepctl", "online", "-group", group)
+            continue
+        if consumer.statements == "skip":
+            rebuild_postgresql()
+            print(f"\n{group}: demo tables rebuilt by hand", flush=True)
+        print(f"=== trepctl online -group {group} -from-seqno {marker + 1} ===", flush=True)
+        run_cli("replicator.cli.trepctl", "online", "-group", group,
+                "-from-seqno", str(marker + 1))
+
+
+def rebuild_source() -> None:
+    """Drop and recreate the demo tables on the source; the MariaDB target gets it via the THL.
+
+    Tables, not the database: a replicated ``DROP DATABASE`` + ``CREATE DATABASE`` pair cannot
+    be applied today (the ``CREATE`` is logged with the just-dropped database as its default
+    schema; see ``prepare_mariadb_target``).
+    """
+    conn = mysql(SOURCE_PORT)
+    try:
+        with conn.cursor() as cur:
+            for table in TABLES:
+                # IF EXISTS: the first run finds nothing to drop, here and on the target.
+                cur.execute(f"DROP TABLE IF EXISTS {SCHEMA}.{table.name}")
+                cur.execute(table.mariadb)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+# -- the workload --------------------------------------------------------------------------
+
+class Workload:
+    """Seeded random transactions over the demo tables, keeping track of live customers."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)  # noqa: S311 - demo data, not secrets
+        self.live: list[int] = []
+        self.next_id = 1
+        self.counts: Counter[str] = Counter()
+
+    def _when(self, digits: int) -> dt.datetime:
+        micros = self.rng.randrange(0, 365 * 86400 * 10**6)
+        return EPOCH + dt.timedelta(microseconds=micros - micros % 10 ** (6 - digits))
+
+    def _money(self, scale: int, high: int) -> decimal.Decimal | None:
+        if self.rng.random() < 0.15:
+            return None
+        cents = self.rng.randrange(-high * 10**scale, high * 10**scale)
+        return decimal.Decimal(cents).scaleb(-scale)
+
+    def _blob(self, size: int) -> bytes | None:
+        roll = self.rng.random()
+        if roll < 0.2:
+            return None
+        if roll < 0.3:
+            return b""  # empty is not NULL
+        return self.rng.randbytes(self.rng.randint(1, size))
+
+    def _customer(self, cid: int) -> tuple[object, ...]:
+        name = self.rng.choice(NAMES)
+        email = None if self.rng.random() < 0.25 else f"user{cid}@exämple.org"
+        return (cid, name, email, self._money(2, 10**9), self._when(6),
+                int(self.rng.random() < 0.8), self._blob(32))
+
+    def _audit(self, cid: int, action: str) -> tuple[object, ...]:
+        note = None if self.rng.random() < 0.2 else self.rng.choice(NOTES)
+        return (cid, action, note, self._money(4, 10**6), self._blob(64), self._when(3))
+
+    def transaction(self, cur: pymysql.cursors.Cursor) -> None:
+        """One source transaction (the caller commits)."""
+        kind = self.rng.choices(
+            ("new", "update", "delete", "audit", "audit_update", "audit_delete"),
+            weights=(30, 25, 8, 20, 10, 7))[0]
+        if len(self.live) < 5:
+            kind = "new"
+        self.counts[kind] += 1
+        insert_audit = (f"INSERT INTO {SCHEMA}.audit_log (customer_id, action, note, amount, "
+                        "payload, logged_at) VALUES (%s, %s, %s, %s, %s, %s)")
+        if kind == "new":
+            for _ in range(self.rng.randint(1, 3)):
+                cid, self.next_id = self.next_id, self.next_id + 1
+                cur.execute(f"INSERT INTO {SCHEMA}.customers (id, name, email, balance, joined, "
+                            "active, avatar) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                            self._customer(cid))
+                cur.execute(insert_audit, self._audit(cid, "signup"))
+                self.live.append(cid)
+        elif kind == "update":
+            for cid in self.rng.sample(self.live, k=min(len(self.live), self.rng.randint(1, 4))):
+                _, name, email, balance, _, active, avatar = self._customer(cid)
+                cur.execute(f"UPDATE {SCHEMA}.customers SET name = %s, email = %s, "
+                            "balance = %s, active = %s, avatar = %s WHERE id = %s",
+                            (name, email, balance, active, avatar, cid))
+        elif kind == "delete":
+            cid = self.live.pop(self.rng.randrange(len(self.live)))
+            cur.execute(f"DELETE FROM {SCHEMA}.customers WHERE id = %s", (cid,))
+            cur.execute(insert_audit, self._audit(cid, "close"))
+        elif kind == "audit":
+            rows = [self._audit(self.rng.choice(self.live), "visit")
+                    for _ in range(self.rng.randint(1, 5))]
+            if self.rng.random() < 0.3:
+                rows.append(rows[0])  # an exact duplicate: legal without a primary key
+            cur.executemany(insert_audit, rows)
+        elif kind == "audit_update":
+            cid = self.rng.choice(self.live)
+            _, _, note, amount, payload, _ = self._audit(cid, "visit")
+            cur.execute(f"UPDATE {SCHEMA}.audit_log SET note = %s, amount = %s, payload = %s "
+                        "WHERE customer_id = %s LIMIT 1", (note, amount, payload, cid))
+        else:
+            cur.execute(f"DELETE FROM {SCHEMA}.audit_log WHERE customer_id = %s LIMIT 1",
+                        (self.rng.choice(self.live),))
+
+
+def run_workload(transactions: int, seed: int) -> tuple[Workload, str]:
+    """Commit the workload on the source; the GTID of its last transaction."""
+    work = Workload(seed)
+    conn = mysql(SOURCE_PORT)
+    try:
+        with conn.cursor() as cur:
+            for _ in range(transactions):
+                work.transaction(cur)
+                conn.commit()
+            # A last transaction that surely changes a row, so its GTID reaches the THL (an
+            # UPDATE that matched nothing leaves no event behind).
+            cur.execute(f"INSERT INTO {SCHEMA}.audit_log (customer_id, action, note, "
+                        "logged_at) VALUES (0, 'done', 'end of the demo workload', %s)",
+                        (EPOCH,))
+            conn.commit()
+            cur.execute("SELECT @@last_gtid")
+            row = cur.fetchone()
+    finally:
+        conn.close()
+    if row is None or not row[0]:
+        raise SystemExit("the source reports no GTID for the workload")
+    return work, str(row[0])
+
+
+def _gtid(text: str) -> tuple[int, int]:
+    """(domain, sequence) of a MariaDB GTID ``domain-server-sequence``."""
+    domain, _, seq = text.split("-")
+    return int(domain), int(seq)
+
+
+def wait_thl_holds(cfg: ReplicatorConfig, gtid: str, runner: subprocess.Popen[bytes],
+                   log: Path) -> ThlEvent:
+    """The THL tail once it holds the source transaction ``gtid``."""
+    want = _gtid(gtid)
+    deadline = time.monotonic() + 120
+    while True:
+        tail = thl_tail(cfg)
+        have = tail.metadata.get("gtid") if tail is not None else None
+        if tail is not None and have:
+            domain, seq = _gtid(have)
+            if domain == want[0] and seq >= want[1]:
+                return tail
+        if runner.poll() is not None:
+            raise SystemExit(f"the runner exited with code {runner.returncode}; see {log}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"GTID {gtid} did not reach the THL within 120 s; see {log}")
+        time.sleep(0.3)
+
+
+# -- comparison ----------------------------------------------------------------------------
+
+def canonical(value: object) -> object:
+    """A value as the same text on every server (PostgreSQL's boolean is MariaDB's 0/1)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f")
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ", timespec="microseconds")
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Digest:
+    """Row count and checksum of one table on one server."""
+
+    rows: int
+    sha256: str
+
+
+def digest(rows: Sequence[Sequence[object]]) -> Digest:
+    """Count and SHA-256 of rows normalised to JSON text, sorted (order is not data)."""
+    lines = sorted(json.dumps([canonical(v) for v in row], ensure_ascii=False) for row in rows)
+    return Digest(len(lines), hashlib.sha256("\n".join(lines).encode()).hexdigest())
+
+
+def mysql_digests(port: int) -> dict[str, Digest]:
+    """Each demo table of a MariaDB server."""
+    conn = mysql(port)
+    try:
+        out = {}
+        with conn.cursor() as cur:
+            for table in TABLES:
+                cur.execute(f"SELECT {', '.join(table.columns)} FROM {SCHEMA}.{table.name}")
+                out[table.name] = digest(cur.fetchall())
+        conn.commit()
+        return out
+    finally:
+        conn.close()
+
+
+def pg_digests() -> dict[str, Digest]:
+    """Each demo table on PostgreSQL."""
+    with pg() as conn:
+        return {table.name: digest(conn.execute(
+            f"SELECT {', '.join(table.columns)} FROM {SCHEMA}.{table.name}".encode()).fetchall())
+            for table in TABLES}
+
+
+def compare() -> bool:
+    """Print the comparison table; True if both targets equal the source everywhere."""
+    source, target, postgres = mysql_digests(SOURCE_PORT), mysql_digests(TARGET_PORT), pg_digests()
+    header = ("table", "source rows", "mariadb rows", "mariadb checksum", "postgresql rows",
+              "postgresql checksum")
+    lines: list[tuple[str, ...]] = [header]
+    equal = True
+    for table in TABLES:
+        src = source[table.name]
+        row = [table.name, str(src.rows)]
+        for other in (target[table.name], postgres[table.name]):
+            same = other == src
+            equal &= same
+            row += [str(other.rows), "match" if same else "DIFFERS"]
+        lines.append(tuple(row))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    for n, line in enumerate(lines):
+        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+    for table in TABLES:
+        print(f"source sha256 {table.name}: {source[table.name].sha256}")
+    return equal
+
+
+# -- main ----------------------------------------------------------------------------------
+
+def demo(cfg: ReplicatorConfig, runner: subprocess.Popen[bytes], since: float, log: Path,
+         transactions: int, seed: int) -> int:
+    """Everything the running runner is needed for; 0 when the targets equal the source."""
+    wait_extractor_online(cfg, runner, since, log)
+    marker = mark_source(cfg, runner, log)
+    start_groups(cfg, marker)
+    rebuild_source()
+    started = time.monotonic()
+    work, gtid = run_workload(transactions, seed)
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(work.counts.items()))
+    print(f"\nworkload: {transactions + 1} transactions committed on the source in "
+          f"{time.monotonic() - started:.1f} s ({kinds}, 1 final marker); "
+          f"last GTID {gtid}", flush=True)
+    tail = wait_thl_holds(cfg, gtid, runner, log)
+
+    print("\n=== thl list -last 3 ===\n", flush=True)
+    run_cli("replicator.cli.thl", "list", "-last", "3")
+    print("=== trepctl status (while the consumers apply) ===", flush=True)
+    run_cli("replicator.cli.trepctl", "status")
+    print(f"\n=== trepctl wait -applied {tail.seqno} ===", flush=True)
+    if run_cli("replicator.cli.trepctl", "wait", "-applied", str(tail.seqno),
+               "-limit", "180") != 0:
+        print(f"the consumers did not apply seqno {tail.seqno}; see {log}", file=sys.stderr)
+        return 1
+    print("\n=== thl info ===", flush=True)
+    run_cli("replicator.cli.thl", "info")
+    print("\n=== source vs targets ===", flush=True)
+    if not compare():
+        print("the targets differ from the source", file=sys.stderr)
+        return 1
+    print("both targets hold exactly the source's rows")
+    return 0
 
 
 def main() -> int:
-    log = ROOT / ".run" / "demo-extractor.log"
+    """Run the demo; 0 when both targets hold exactly the source's demo tables."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--transactions", type=int, default=300,
+                        help="source transactions in the workload")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+
+    cfg = load_config(CONFIG)
+    log = ROOT / ".run" / "demo-runner.log"
     log.parent.mkdir(exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    purged = purged_binlog(cfg)
+    if purged is not None:
+        # `make test` purges the shared source's binlogs; the THL cannot be continued then.
+        print(f"=== the THL's resume point, binlog {purged}, was purged from the source: "
+              f"starting {cfg.thl_topic} afresh ===", flush=True)
+        restart_extraction(cfg)
+    prepare_mariadb_target()
+    # Both groups wait OFFLINE until start_groups() says where each one starts.
+    print("=== trepctl offline ===", flush=True)
+    if run_cli("replicator.cli.trepctl", "offline") != 0:
+        return 1
+
+    since = time.time()
     with log.open("ab") as out:
-        extractor = subprocess.Popen([PY, "-m", "extractor", "-c", str(CONFIG)], cwd=ROOT,
-                                     stdout=out, stderr=out, env=env)
+        runner = subprocess.Popen([PY, "-m", "replicator.runner", "-c", str(CONFIG)], cwd=ROOT,
+                                  stdout=out, stderr=out)
+    print(f"runner started (pid {runner.pid}, log {log})", flush=True)
     try:
-        before = tail_seqno()
-        conn = pymysql.connect(host="127.0.0.1", port=13306, user="root", password="",
-                               charset="utf8mb4", autocommit=False)
-        # The extractor starts at the binlog's end: commit a marker until it shows up.
-        deadline = time.monotonic() + 90
-        with conn.cursor() as cur:
-            cur.execute("CREATE DATABASE IF NOT EXISTS demo_shop")
-            cur.execute("CREATE TABLE IF NOT EXISTS demo_shop.ticks "
-                        "(n INT AUTO_INCREMENT PRIMARY KEY)")
-            while tail_seqno() <= before:
-                if extractor.poll() is not None or time.monotonic() > deadline:
-                    print(f"the extractor did not start; see {log}", file=sys.stderr)
-                    return 1
-                cur.execute("INSERT INTO demo_shop.ticks VALUES ()")
-                conn.commit()
-                time.sleep(0.5)
-            first = tail_seqno() + 1
-            for txn in WORKLOAD:
-                for stmt in txn:
-                    cur.execute(stmt)
-                conn.commit()
-        conn.close()
-        last = first
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and last < first + len(WORKLOAD) - 1:
-            time.sleep(0.5)
-            last = tail_seqno()
-        print(f"\n=== thl list -low {first} -high {last} ===\n", flush=True)
-        thl("list", "-low", str(first), "-high", str(last))
-        print("=== thl info ===", flush=True)
-        thl("info")
-        return 0
+        result = demo(cfg, runner, since, log, args.transactions, args.seed)
     finally:
-        extractor.send_signal(signal.SIGTERM)
-        extractor.wait(60)
+        runner.send_signal(signal.SIGTERM)
+        try:
+            code = runner.wait(60)
+        except subprocess.TimeoutExpired:
+            runner.kill()
+            code = runner.wait()
+        print(f"runner stopped (exit code {code})")
+    # A component that failed on the way (it logs why) fails the demo even if the data match.
+    return result or (1 if code else 0)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from extractor.positions import StartPoint, find_start
 from extractor.transactions import BinlogPosition, TransactionAssembler
 from replicator.config import ReplicatorConfig
 from replicator.control import ComponentNodes
-from replicator.filters import ReplicateFilter
+from replicator.filters import ReplicateFilter, TrackingSchemaFilter
 from replicator.state import State, Status
 from replicator.tracking import CommitSeqno, CommitSeqnoTable
 from replicator.zk import ServiceNodes, ZkPosition, connect
@@ -144,14 +144,11 @@ class Extractor:
         finally:
             engine.dispose()
 
-    def _filters(self) -> ReplicateFilter:
+    def _filters(self) -> TrackingSchemaFilter:
         f = self.cfg.extractor.filters
         # Our own position writes land in the source binlog: never extract them.
-        own = f"{self.cfg.tracking_schema}.trep_commit_seqno"
-        # Heartbeats (trepctl heartbeat) travel through the THL whatever the filter says.
-        heartbeat = f"{self.cfg.tracking_schema}.heartbeat"
-        replicate = [*f.replicate, heartbeat] if f.replicate else []
-        return ReplicateFilter(replicate, [*f.ignore, own])
+        return TrackingSchemaFilter(ReplicateFilter(f.replicate, f.ignore),
+                                    self.cfg.tracking_schema)
 
     def _binlog(self, start: StartPoint) -> BinLogStreamReader:
         src = self.cfg.extractor.source

@@ -18,7 +18,7 @@ from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from extractor.row_values import TableShape
-from replicator.filters import ReplicateFilter
+from replicator.filters import ItemFilter
 from replicator.sql_names import statement_target
 from thl_topics.event import DataItem, RowAction, RowChange, Statement, ThlEvent
 
@@ -97,7 +97,7 @@ class TransactionAssembler:
     """Feeds on binlog events; emits THL events through ``emit`` in commit order."""
 
     def __init__(self, *, emit: Emit, next_seqno: int, epoch: int, service: str,
-                 source_id: str, filters: ReplicateFilter,
+                 source_id: str, filters: ItemFilter,
                  fragment_rows: int, fragment_bytes: int) -> None:
         self._emit = emit
         self.next_seqno = next_seqno

@@ -21,6 +21,14 @@ class Filter(Protocol):
     def __call__(self, event: ThlEvent) -> ThlEvent | None: ...
 
 
+class ItemFilter(Protocol):
+    """Decides per statement or row change (what the extractor applies before seqnos)."""
+
+    def keeps(self, schema: str, table: str) -> bool: ...
+
+    def keeps_item(self, item: Statement | RowChange) -> bool: ...
+
+
 class ReplicateFilter:
     """Keep ``replicate`` patterns (all when empty), then drop ``ignore`` patterns.
 
@@ -76,3 +84,29 @@ class ReplicateFilter:
     def __call__(self, event: ThlEvent) -> ThlEvent | None:
         event.data = [item for item in event.data if self.keeps_item(item)]
         return event if event.data else None
+
+
+class TrackingSchemaFilter:
+    """The extractor's own filter around the user's: the tracking schema is not data.
+
+    Our position writes (``trep_commit_seqno``) and the tracking DDL that every extractor
+    start and ``trepctl heartbeat`` run (``CREATE SCHEMA IF NOT EXISTS ...``) never enter
+    the THL; heartbeat rows always do, whatever the user's filter says, so every target can
+    measure its lag.
+    """
+
+    def __init__(self, inner: ReplicateFilter, tracking_schema: str) -> None:
+        self.inner = inner
+        self.schema = tracking_schema
+
+    def keeps(self, schema: str, table: str) -> bool:
+        if schema == self.schema:
+            return table == "heartbeat"
+        return self.inner.keeps(schema, table)
+
+    def keeps_item(self, item: Statement | RowChange) -> bool:
+        if isinstance(item, RowChange):
+            return self.keeps(item.schema, item.table)
+        if statement_target(item.sql, item.default_schema).schema == self.schema:
+            return False
+        return self.inner.keeps_item(item)

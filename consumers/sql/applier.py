@@ -33,6 +33,8 @@ _MYSQL = ("mysql", "mariadb")
 #: Statements that change data inside a transaction; anything else (DDL) commits implicitly.
 _DML = re.compile(r"^\s*(?:/\*.*?\*/\s*)*(INSERT|UPDATE|DELETE|REPLACE|LOAD|SELECT|SET|DO|CALL)\b",
                   re.IGNORECASE | re.DOTALL)
+_DATABASE_DDL = re.compile(r"^\s*(?:/\*.*?\*/\s*)*(?:CREATE|DROP|ALTER)\s+(?:DATABASE|SCHEMA)\b",
+                           re.IGNORECASE | re.DOTALL)
 #: MySQL errors of a DDL replayed after a crash between it and its position write.
 _DDL_ALREADY_DONE = {1007, 1008, 1050, 1051, 1060, 1061, 1091}
 #: MySQL errors that say the connection or the server went away, or a retryable conflict.
@@ -315,7 +317,9 @@ class SqlApplier:
         self._stmts.clear()
         try:
             self._session(stmt.options)
-            if stmt.default_schema:
+            # CREATE/DROP DATABASE x is logged with x as its default schema, which the
+            # target may not have (yet, or any more).
+            if stmt.default_schema and not _DATABASE_DDL.match(stmt.sql):
                 self._db.exec_driver_sql(f"USE {self._quote(stmt.default_schema)}",
                                            execution_options=_RAW)
             self._db.exec_driver_sql(stmt.sql, execution_options=_RAW)
