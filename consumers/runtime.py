@@ -244,11 +244,12 @@ class ConsumerRuntime:
             self.status.pendingExceptionMessage = "NONE"
             self._set_state(State.ONLINE)
             self._stream(feed, start)
-        except DataError as exc:
+        except (DataError, TerminalError) as exc:
             self.applier.rollback()
-            if exc.seqno > self._careful_until:
-                # Commit what precedes the bad seqno one by one, then fail on it alone.
-                log.info("%s: data error at seqno %d inside a block; reapplying the block "
+            if exc.seqno > self._careful_until and not isinstance(exc, EpochMismatch):
+                # The block rolled back whole: commit what precedes the bad seqno one by
+                # one, then fail on it alone, so the stored position is right before it.
+                log.info("%s: error at seqno %d inside a block; reapplying the block "
                          "one seqno at a time", self.name, exc.seqno)
                 self._careful_until = exc.seqno
                 raise TransientError(str(exc), seqno=exc.seqno) from exc
