@@ -45,7 +45,6 @@ from consumers.metrics import ConsumerMetrics
 from replicator.config import ConsumerConfig
 from replicator.control import ComponentNodes, Desired, Wakeup
 from replicator.state import State, Status
-from replicator.tracking import CommitSeqno
 from replicator.zk import ServiceNodes, ZkPosition
 from thl_topics.event import ThlEvent
 from thl_topics.reader import ThlRecord
@@ -446,8 +445,3 @@ def _clear_from(d: Desired) -> None:
 def _clear_reset(d: Desired) -> None:
     d.reset = False
 
-
-def stored_position(applier: Applier) -> CommitSeqno | None:
-    """The applier's stored position (a helper for tools and tests)."""
-    applier.connect()
-    return applier.position()

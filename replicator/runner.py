@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from consumers.factory import build_runtime
 from extractor.service import Extractor
 from replicator.config import ConfigError, ReplicatorConfig, load_config
+from replicator.extractor_metrics import ExtractorCollector
 from replicator.zk import connect
 
 log = logging.getLogger("trep-run")
@@ -31,6 +32,8 @@ class Runner:
         self.registry = CollectorRegistry()
         self.zk = connect(cfg.zookeeper.hosts, cfg.zookeeper.timeout_s)
         self.extractor = Extractor(cfg) if extractor else None
+        if self.extractor is not None:
+            self.registry.register(ExtractorCollector(self.extractor, cfg.service))
         self.runtimes = [build_runtime(cfg, name, self.zk, self.registry) for name in consumers]
         self.failures: list[str] = []
         self._threads: list[threading.Thread] = []

@@ -19,7 +19,7 @@ import yaml
 from confluent_kafka.admin import AdminClient
 
 from extractor.service import Extractor
-from replicator.config import ReplicatorConfig, load_config
+from replicator.config import MetricsConfig, ReplicatorConfig, load_config
 from replicator.control import ComponentNodes
 from replicator.runner import Runner
 from replicator.zk import connect
@@ -114,10 +114,12 @@ class Replication:
 
     # -- running ----------------------------------------------------------------------------
 
-    def start(self, *, extractor: bool = True, consumers: Sequence[str] | None = None) -> None:
+    def start(self, *, extractor: bool = True, consumers: Sequence[str] | None = None,
+              metrics_port: int = 0) -> None:
         """The runner in a thread of this process."""
         names = list(self.cfg.consumers) if consumers is None else list(consumers)
-        self.runner = Runner(self.cfg, extractor=extractor, consumers=names)
+        cfg = self.cfg.model_copy(update={"metrics": MetricsConfig(port=metrics_port)})
+        self.runner = Runner(cfg, extractor=extractor, consumers=names)
         self.runner.start()
         if extractor:
             assert self.runner.extractor is not None

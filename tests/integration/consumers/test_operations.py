@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
+import socket
 import time
+import urllib.request
 
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -135,3 +138,26 @@ def test_heartbeat_lag_and_kafka_group_offsets_agree_with_status(
         assert records[-1].event.last_frag
     assert status["extractor"]["state"] == "ONLINE"
     assert status["extractor"]["appliedLastSeqno"] >= last
+
+
+def test_runner_serves_prometheus_metrics(replication: Replication) -> None:
+    rep = replication
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    rep.start(metrics_port=port)
+    create_tables(rep, (ACCOUNTS_MYSQL, ACCOUNTS_PG))
+    rep.src(*(f"INSERT INTO {rep.schema}.accounts (id, name) VALUES ({i}, 'm')"
+              for i in range(1, 6)))
+    last = rep.wait_source_applied()
+    time.sleep(0.5)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    for group in ("mariadb", "pg"):
+        labels = f'group="{group}",service="{rep.name}"'
+        assert f"trep_applied_last_seqno{{{labels}}} {float(last)}" in text, text
+        assert f"trep_consumer_online{{{labels}}} 1.0" in text
+        rows = re.search(rf"trep_applied_rows_total{{{labels}}} (\S+)", text)
+        assert rows is not None and float(rows.group(1)) >= 6  # 5 accounts + markers
+    assert f'trep_extracted_last_seqno{{service="{rep.name}"}} {float(last)}' in text
+    assert f'trep_extractor_online{{service="{rep.name}"}} 1.0' in text

@@ -1,0 +1,33 @@
+"""Prometheus view of the extractor, read from its status at scrape time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from extractor.service import Extractor
+from replicator.state import State
+
+
+class ExtractorCollector(Collector):
+    """Last extracted seqno, its latency, and whether the extractor is ONLINE."""
+
+    def __init__(self, extractor: Extractor, service: str) -> None:
+        self.extractor = extractor
+        self.service = service
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        status = self.extractor.status
+        for name, doc, value in (
+            ("trep_extracted_last_seqno", "Last seqno committed to the THL",
+             status.appliedLastSeqno),
+            ("trep_extractor_latency_seconds", "Source commit to THL commit of the last seqno",
+             status.appliedLatency),
+            ("trep_extractor_online", "1 when the extractor is ONLINE",
+             1 if status.state == State.ONLINE.value else 0),
+        ):
+            family = GaugeMetricFamily(name, doc, labels=["service"])
+            family.add_metric([self.service], float(value))
+            yield family
