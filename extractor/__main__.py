@@ -12,6 +12,7 @@ import click
 from extractor.errors import ExtractorError
 from extractor.service import Extractor
 from replicator.config import ConfigError, load_config
+from thl_topics.errors import ThlError
 from thl_topics.producer import ProducerFenced
 
 
@@ -36,7 +37,7 @@ def main(config_path: Path, verbose: bool) -> None:
     except ProducerFenced as exc:
         click.echo(f"error: {exc}; this instance is no longer the leader", err=True)
         sys.exit(3)
-    except ExtractorError as exc:
+    except (ExtractorError, ThlError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
 

@@ -25,9 +25,17 @@ from kazoo.exceptions import LockTimeout
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_delay,
+    stop_never,
+    wait_exponential,
+)
 
 from extractor import binlog_fixes
-from extractor.errors import BinlogPurgedError, ExtractorError
+from extractor.errors import BinlogPurgedError, ExtractorError, ThlCommitUnknown, is_transient
 from extractor.positions import StartPoint, find_start
 from extractor.transactions import BinlogPosition, TransactionAssembler
 from replicator.config import ReplicatorConfig
@@ -37,13 +45,18 @@ from replicator.state import State, Status
 from replicator.tracking import CommitSeqno, CommitSeqnoTable
 from replicator.zk import ServiceNodes, ZkPosition, connect
 from thl_topics.admin import ThlTopicSpec, ensure_thl_topic
-from thl_topics.errors import ThlError
+from thl_topics.errors import ThlError, ThlUnavailable
 from thl_topics.event import ThlEvent
-from thl_topics.producer import ProducerFenced, ThlProducer
+from thl_topics.producer import ThlProducer
 from thl_topics.reader import ThlReader
 
 log = logging.getLogger(__name__)
 binlog_fixes.install()
+
+
+class _Stopped(Exception):
+    """stop() was called while waiting to retry."""
+
 
 _EVENTS = [MariadbGtidEvent, QueryEvent, XidEvent, WriteRowsEvent, UpdateRowsEvent,
            DeleteRowsEvent, HeartbeatLogEvent]
@@ -77,6 +90,8 @@ class Extractor:
         self._control: ComponentNodes | None = None
         self._last_publish = 0.0
         self._stale = False
+        #: Fresh starts after transient failures (source or Kafka down).
+        self.retries = 0
 
     def stop(self) -> None:
         """Ask the extractor to stop at the next transaction boundary."""
@@ -104,7 +119,9 @@ class Extractor:
             self._control.mark_alive(self.identity)
             self._publish(State.SYNCHRONIZING)
             try:
-                self._lead(nodes)
+                self._lead_retrying(nodes)
+            except _Stopped:
+                pass
             except Exception as exc:
                 self.status.pendingError = "Extractor failed"
                 self.status.pendingErrorCode = type(exc).__name__
@@ -117,6 +134,32 @@ class Extractor:
             lock.release()
             zk.stop()
             zk.close()
+
+    def _lead_retrying(self, nodes: ServiceNodes) -> None:
+        """Lead; after a transient failure, start over from the THL tail, with backoff.
+
+        Starting over is the restart path the crash tests prove: a new producer fences the
+        old one and the THL tail says where the binlog resumes, so nothing repeats or is lost.
+        """
+        limit = self.cfg.extractor.retry_limit_s
+        retrying = Retrying(
+            retry=retry_if_exception(is_transient),
+            wait=wait_exponential(multiplier=0.5, max=10),
+            stop=stop_after_delay(limit) if limit else stop_never,
+            sleep=self._sleep, before_sleep=self._log_retry, reraise=True)
+        retrying(self._lead, nodes)
+
+    def _sleep(self, seconds: float) -> None:
+        if self._stop.wait(seconds):
+            raise _Stopped
+
+    def _log_retry(self, state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        self.retries += 1
+        log.warning("extractor: %s; starting again from the THL tail (attempt %d)",
+                    exc, state.attempt_number)
+        self.status.pendingExceptionMessage = f"retrying: {exc}"
+        self._publish(State.SYNCHRONIZING)
 
     def _lead(self, nodes: ServiceNodes) -> None:
         cfg = self.cfg
@@ -139,8 +182,13 @@ class Extractor:
                     start = find_start(reader, engine, self.tracking, nodes)
                 self._stream(start, producer, engine, nodes)
             finally:
-                producer.abort()
-                producer.close()
+                try:
+                    producer.abort()
+                    producer.close()
+                except ThlError as exc:
+                    # Kafka is down: the transaction times out by itself, and the next
+                    # producer's init_transactions aborts it anyway.
+                    log.warning("extractor: cannot abort the open THL transaction: %s", exc)
         finally:
             engine.dispose()
 
@@ -229,6 +277,7 @@ class Extractor:
         if self.last_committed is None and start.next_seqno > 0:
             self.status.appliedLastSeqno = start.next_seqno - 1
         self.status.appliedLastEpoch = self.epoch
+        self.status.clear_error()
         self._publish(State.ONLINE)
         try:
             for event, position in self._events(stream):
@@ -254,11 +303,9 @@ class Extractor:
             return
         try:
             producer.commit()
-        except ProducerFenced:
-            raise
-        except ThlError as exc:
-            raise ExtractorError(f"THL commit failed with an unknown outcome: {exc}; "
-                                 "restart to resume from the THL tail") from exc
+        except ThlUnavailable as exc:
+            raise ThlCommitUnknown(f"THL commit failed with an unknown outcome: {exc}; "
+                                   "resuming from the THL tail with a new producer") from exc
         last = pending[-1]
         pending.clear()
         self.last_committed = last

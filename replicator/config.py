@@ -81,6 +81,9 @@ class ExtractorConfig(BaseModel):
     batch_transactions: int = Field(200, gt=0)
     #: Longest a source transaction waits before its Kafka transaction commits.
     batch_ms: int = Field(100, ge=0)
+    #: Longest the source or Kafka may stay unreachable before the extractor stops with
+    #: OFFLINE:ERROR; meanwhile it starts again from the THL tail with backoff. 0: forever.
+    retry_limit_s: float = Field(0, ge=0)
 
 
 class ConsumerConfig(BaseModel):

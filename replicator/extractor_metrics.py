@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from extractor.service import Extractor
@@ -12,13 +12,13 @@ from replicator.state import State
 
 
 class ExtractorCollector(Collector):
-    """Last extracted seqno, its latency, and whether the extractor is ONLINE."""
+    """Last extracted seqno, its latency, whether the extractor is ONLINE, its retries."""
 
     def __init__(self, extractor: Extractor, service: str) -> None:
         self.extractor = extractor
         self.service = service
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         status = self.extractor.status
         for name, doc, value in (
             ("trep_extracted_last_seqno", "Last seqno committed to the THL",
@@ -31,3 +31,8 @@ class ExtractorCollector(Collector):
             family = GaugeMetricFamily(name, doc, labels=["service"])
             family.add_metric([self.service], float(value))
             yield family
+        retries = CounterMetricFamily(
+            "trep_extractor_retries", "Fresh starts from the THL tail after the source or "
+            "Kafka failed", labels=["service"])
+        retries.add_metric([self.service], float(self.extractor.retries))
+        yield retries

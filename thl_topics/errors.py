@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+from confluent_kafka import KafkaError
+
+#: librdkafka's own codes for a broker that is down or silent.
+_UNREACHABLE = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT,
+                KafkaError._MSG_TIMED_OUT, KafkaError._RESOLVE, KafkaError.REQUEST_TIMED_OUT}
+
+
+def is_passing(err: KafkaError) -> bool:
+    """True when Kafka says the failure may pass (retriable, abortable, broker unreachable)."""
+    return bool(err.retriable() or err.txn_requires_abort() or err.code() in _UNREACHABLE)
+
 
 class ThlError(RuntimeError):
     """Base class of THL topic errors."""
+
+
+class ThlUnavailable(ThlError):
+    """Kafka did not answer, or refused for a reason that passes (broker down, coordinator
+    moving, timeout): the operation may succeed if tried again from a known position."""
 
 
 class ThlDecodeError(ThlError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from thl_topics.codec import ThlCodec
-from thl_topics.errors import ThlError
+from thl_topics.errors import ThlError, ThlUnavailable, is_passing
 from thl_topics.event import ThlEvent
 from thl_topics.records import record_headers, record_key
 
@@ -53,7 +53,8 @@ class ThlProducer:
                               KafkaError.INVALID_PRODUCER_EPOCH):
                 raise ProducerFenced(f"{self.topic}: producer fenced by a newer extractor: "
                                      f"{err.str()}") from exc
-            raise ThlError(f"{self.topic}: {err.str()}") from exc
+            kind = ThlUnavailable if is_passing(err) else ThlError
+            raise kind(f"{self.topic}: {err.str()}") from exc
 
     def _delivered(self, err: KafkaError | None, _msg: object) -> None:
         # Records purged by an abort report an error too; they were meant to vanish.
@@ -93,7 +94,8 @@ class ThlProducer:
         self._in_txn = False
         if self._errors:
             errors, self._errors = self._errors, []
-            raise ThlError(f"{self.topic}: delivery failed: {errors[0].str()}")
+            kind = ThlUnavailable if all(is_passing(e) for e in errors) else ThlError
+            raise kind(f"{self.topic}: delivery failed: {errors[0].str()}")
 
     def abort(self) -> None:
         """Abort the open transaction (nothing of it becomes visible to read_committed)."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from thl_topics.codec import ThlCodec
-from thl_topics.errors import ThlDecodeError, ThlError, ThlTopicMissing
+from thl_topics.errors import ThlDecodeError, ThlError, ThlTopicMissing, ThlUnavailable, is_passing
 from thl_topics.event import ThlEvent
 from thl_topics.records import parse_key
 
@@ -66,7 +66,7 @@ class ThlReader:
                               KafkaError.UNKNOWN_TOPIC_OR_PART):
                 raise ThlTopicMissing(f"THL topic {self.topic} does not exist; start the "
                                       "service's extractor first (it creates the topic)") from exc
-            raise ThlError(f"{self.topic}: cannot read offsets: {err.str()}") from exc
+            raise ThlUnavailable(f"{self.topic}: cannot read offsets: {err.str()}") from exc
         return int(low), int(high)
 
     def _first_at(self, offset: int) -> Message | None:
@@ -75,13 +75,15 @@ class ThlReader:
         while True:
             msg = self._consumer.poll(self.poll_timeout)
             if msg is None:
-                raise ThlError(f"{self.topic}: no answer from Kafka within {self.poll_timeout} s")
+                raise ThlUnavailable(
+                    f"{self.topic}: no answer from Kafka within {self.poll_timeout} s")
             err = msg.error()
             if err is None:
                 return msg
             if err.code() == KafkaError._PARTITION_EOF:
                 return None
-            raise ThlError(f"{self.topic}: read failed at offset {offset}: {err}")
+            kind = ThlUnavailable if is_passing(err) else ThlError
+            raise kind(f"{self.topic}: read failed at offset {offset}: {err}")
 
     def offset_of(self, seqno: int) -> int:
         """The offset of the first record with a seqno >= ``seqno`` (the high watermark if none).
@@ -125,12 +127,14 @@ class ThlReader:
         while True:
             msg = self._consumer.poll(self.poll_timeout)
             if msg is None:
-                raise ThlError(f"{self.topic}: no answer from Kafka within {self.poll_timeout} s")
+                raise ThlUnavailable(
+                    f"{self.topic}: no answer from Kafka within {self.poll_timeout} s")
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     return
-                raise ThlError(f"{self.topic}: read failed: {err}")
+                kind = ThlUnavailable if is_passing(err) else ThlError
+                raise kind(f"{self.topic}: read failed: {err}")
             if _offset(msg) >= end:
                 return
             yield msg

@@ -161,3 +161,4 @@ def test_runner_serves_prometheus_metrics(replication: Replication) -> None:
         assert rows is not None and float(rows.group(1)) >= 6  # 5 accounts + markers
     assert f'trep_extracted_last_seqno{{service="{rep.name}"}} {float(last)}' in text
     assert f'trep_extractor_online{{service="{rep.name}"}} 1.0' in text
+    assert f'trep_extractor_retries_total{{service="{rep.name}"}} 0.0' in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 import threading
+import time
 from decimal import Decimal
 from typing import Any
 
@@ -16,8 +17,11 @@ from .tables import TYPES_NAMES, TYPES_ROWS
 class MixedWorkload:
     """Commits numbered transactions of 1-3 random statements; deterministic per seed."""
 
-    def __init__(self, port: int, schema: str, seed: int = 7, types: bool = False) -> None:
+    def __init__(self, port: int, schema: str, seed: int = 7, types: bool = False,
+                 rate: float = 0) -> None:
         self.port, self.schema = port, schema
+        #: Transactions per second at most (0: as fast as the source takes them).
+        self.rate = rate
         #: Also update the type matrix table (seed_types() first).
         self.types = types
         self.rng = random.Random(seed)
@@ -55,10 +59,15 @@ class MixedWorkload:
                         self._statement(cur)
                     conn.commit()
                     self.committed += 1
+                    if self.rate:
+                        time.sleep(1 / self.rate)
         finally:
             conn.close()
 
     def start(self, transactions: int = 10**9) -> None:
+        """Commit in a thread until stop(); after a stop(), go on where it stopped."""
+        self._stop.clear()
+
         def run() -> None:
             try:
                 self.run(transactions)
