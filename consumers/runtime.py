@@ -418,8 +418,8 @@ class ConsumerRuntime:
         s.appliedLastEpoch = last.epoch
         s.appliedLatency = round(max(0.0, time.time() - last.tstamp / 1e6), 3)
         self.metrics.applied(block, s.appliedLatency)
-        self.positions.write_position(f"consumers/{self.name}",
-                                      ZkPosition(last.seqno, last.epoch, last.event_id))
+        self.positions.mirror_position(f"consumers/{self.name}",
+                                       ZkPosition(last.seqno, last.epoch, last.event_id))
         feed.commit(last_offset + 1)
         self._publish(force=False)
 

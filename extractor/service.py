@@ -313,7 +313,7 @@ class Extractor:
                           source_id=last.source_id, shard_id=last.shard_id)
         with engine.begin() as conn:
             self.tracking.write(conn, pos)
-        nodes.write_position("extractor", ZkPosition(last.seqno, last.epoch, last.event_id))
+        nodes.mirror_position("extractor", ZkPosition(last.seqno, last.epoch, last.event_id))
         st = self.status
         st.appliedLastSeqno, st.appliedLastEventId = last.seqno, last.event_id
         st.appliedLastEpoch = last.epoch

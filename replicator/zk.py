@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.interfaces import IAsyncResult
 from kazoo.recipe.lock import Lock
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,7 @@ class ServiceNodes:
     def __init__(self, client: KazooClient, root: str, service: str) -> None:
         self.client = client
         self.base = f"{root.rstrip('/')}/{service}"
+        self._mirrored: set[str] = set()
 
     def extractor_lock(self, identifier: str) -> Lock:
         """The lock that keeps one extractor active per service."""
@@ -44,6 +50,34 @@ class ServiceNodes:
         else:
             self.client.set(path, data)
 
+    def mirror_position(self, component: str, pos: ZkPosition) -> None:
+        """Mirror a position without waiting for ZooKeeper's answer.
+
+        For the hot path (after every target or Kafka commit): the position of record lives
+        in the target (or the THL), the mirror is for operators, so a round trip per block
+        is not worth its latency, and ZooKeeper being away must not stop replication. One
+        session keeps its requests in order, so the last mirror written wins.
+        """
+        path = self._position_path(component)
+        data = json.dumps(asdict(pos)).encode()
+        if path not in self._mirrored:
+            self.write_position(component, pos)
+            self._mirrored.add(path)
+            return
+        try:
+            self.client.set_async(path, data).rawlink(self._mirrored_or_not(path))
+        except KazooException as exc:
+            log.warning("cannot mirror the position to %s: %s", path, exc)
+
+    def _mirrored_or_not(self, path: str) -> Callable[[IAsyncResult], None]:
+        def done(result: IAsyncResult) -> None:
+            if result.successful():
+                return
+            if isinstance(result.exception, NoNodeError):
+                self._mirrored.discard(path)  # reset removed it: create it next time
+            log.warning("cannot mirror the position to %s: %s", path, result.exception)
+        return done
+
     def read_position(self, component: str) -> ZkPosition | None:
         try:
             data, _ = self.client.get(self._position_path(component))
@@ -57,3 +91,4 @@ def connect(hosts: str, timeout: float) -> KazooClient:
     client = KazooClient(hosts=hosts, timeout=timeout)
     client.start(timeout=timeout)
     return client
+

@@ -127,6 +127,8 @@ class MemoryPositions:
     def write_position(self, component: str, pos: Any) -> None:
         self.mirrored.append(pos.seqno)
 
+    mirror_position = write_position
+
 
 def _run(records: list[ThlRecord], until: Callable[[MemoryTarget, MemoryControl], bool],
          stored: CommitSeqno | None = None) -> tuple[MemoryTarget, MemoryControl, MemoryFeed]:

@@ -1,0 +1,61 @@
+"""The position mirror: synchronous once (creates the node), then fire-and-forget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kazoo.exceptions import ConnectionLoss, NoNodeError
+
+from replicator.zk import ServiceNodes, ZkPosition
+
+
+class _Result:
+    def __init__(self, exception: Exception | None) -> None:
+        self.exception = exception
+
+    def successful(self) -> bool:
+        return self.exception is None
+
+    def rawlink(self, callback: Any) -> None:
+        callback(self)
+
+
+class _Client:
+    """Records calls; answers set_async with the next queued outcome."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.outcomes: list[Exception | None] = []
+
+    def exists(self, path: str) -> object:
+        self.calls.append(("exists", path))
+        return None
+
+    def create(self, path: str, data: bytes, makepath: bool = False) -> None:
+        self.calls.append(("create", path))
+
+    def set_async(self, path: str, data: bytes) -> _Result:
+        self.calls.append(("set_async", path))
+        return _Result(self.outcomes.pop(0) if self.outcomes else None)
+
+
+def test_first_mirror_creates_the_node_then_sets_without_waiting() -> None:
+    client = _Client()
+    nodes = ServiceNodes(client, "/tungsten", "svc")
+    for seqno in range(3):
+        nodes.mirror_position("consumers/g", ZkPosition(seqno, 0, "f:4"))
+    path = "/tungsten/svc/consumers/g/position"
+    assert client.calls == [("exists", path), ("create", path), ("set_async", path),
+                            ("set_async", path)]
+
+
+def test_a_removed_node_is_created_again_and_other_failures_are_only_logged() -> None:
+    client = _Client()
+    nodes = ServiceNodes(client, "/tungsten", "svc")
+    nodes.mirror_position("extractor", ZkPosition(1, 0, "f:4"))
+    client.outcomes = [ConnectionLoss(), NoNodeError()]
+    nodes.mirror_position("extractor", ZkPosition(2, 0, "f:5"))  # lost: logged
+    nodes.mirror_position("extractor", ZkPosition(3, 0, "f:6"))  # node gone
+    nodes.mirror_position("extractor", ZkPosition(4, 0, "f:7"))  # created again
+    assert [c for c, _ in client.calls] == ["exists", "create", "set_async", "set_async",
+                                            "exists", "create"]
