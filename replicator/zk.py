@@ -60,11 +60,11 @@ class ServiceNodes:
         """
         path = self._position_path(component)
         data = json.dumps(asdict(pos)).encode()
-        if path not in self._mirrored:
-            self.write_position(component, pos)
-            self._mirrored.add(path)
-            return
         try:
+            if path not in self._mirrored:
+                self.write_position(component, pos)
+                self._mirrored.add(path)
+                return
             self.client.set_async(path, data).rawlink(self._mirrored_or_not(path))
         except KazooException as exc:
             log.warning("cannot mirror the position to %s: %s", path, exc)

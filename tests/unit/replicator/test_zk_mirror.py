@@ -59,3 +59,21 @@ def test_a_removed_node_is_created_again_and_other_failures_are_only_logged() ->
     nodes.mirror_position("extractor", ZkPosition(4, 0, "f:7"))  # created again
     assert [c for c, _ in client.calls] == ["exists", "create", "set_async", "set_async",
                                             "exists", "create"]
+
+
+def test_zookeeper_away_on_the_first_mirror_is_logged_and_tried_again() -> None:
+    client = _Client()
+    calls = 0
+
+    def exists(path: str) -> object:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise ConnectionLoss()
+        return None
+
+    client.exists = exists  # type: ignore[method-assign]
+    nodes = ServiceNodes(client, "/tungsten", "svc")
+    nodes.mirror_position("extractor", ZkPosition(1, 0, "f:4"))
+    nodes.mirror_position("extractor", ZkPosition(2, 0, "f:5"))
+    assert [c for c, _ in client.calls] == ["create"]
