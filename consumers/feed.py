@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from consumers.errors import TransientError
 from thl_topics.errors import ThlError, ThlTopicMissing
@@ -105,3 +106,21 @@ class ThlFeed:
         except KafkaException as exc:
             # The target holds the truth; a lost offset commit only makes lag tools lag.
             log.warning("group %s: offset commit failed: %s", self.group_id, exc)
+
+
+def forget_group_offsets(bootstrap: str, group_id: str, timeout: float = 30.0) -> None:
+    """Delete the group's committed offsets, so lag tools stop showing a cleared position.
+
+    The feed reads with ``assign()``, so the group never has members and Kafka lets it be
+    deleted whenever its runtime is not streaming. A group Kafka does not know is fine.
+    """
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    future = admin.delete_consumer_groups([group_id], request_timeout=timeout)[group_id]
+    try:
+        future.result(timeout)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and err.code() == KafkaError.GROUP_ID_NOT_FOUND:
+            return
+        raise TransientError(f"group {group_id}: could not delete its Kafka offsets: "
+                             f"{exc}") from exc

@@ -40,7 +40,7 @@ from consumers.errors import (
     TerminalError,
     TransientError,
 )
-from consumers.feed import ThlFeed
+from consumers.feed import ThlFeed, forget_group_offsets
 from consumers.metrics import ConsumerMetrics
 from replicator.config import ConsumerConfig
 from replicator.control import ComponentNodes, Desired, Wakeup
@@ -72,7 +72,8 @@ class ConsumerRuntime:
     def __init__(self, name: str, cfg: ConsumerConfig, feed: FeedSettings, applier: Applier,
                  control: ComponentNodes, positions: ServiceNodes,
                  metrics: ConsumerMetrics | None = None,
-                 feed_factory: Callable[[FeedSettings], ThlFeed] | None = None) -> None:
+                 feed_factory: Callable[[FeedSettings], ThlFeed] | None = None,
+                 forget_offsets: Callable[[FeedSettings], None] | None = None) -> None:
         self.name = name
         self.cfg = cfg
         self.feed_settings = feed
@@ -82,6 +83,8 @@ class ConsumerRuntime:
         self.metrics = metrics or ConsumerMetrics.disabled()
         self._feed_factory = feed_factory or (
             lambda f: ThlFeed(f.bootstrap, f.topic, f.group_id))
+        self._forget_offsets = forget_offsets or (
+            lambda f: forget_group_offsets(f.bootstrap, f.group_id))
         self.status = Status(serviceName=feed.service, role=f"consumer:{name}",
                              host=socket.gethostname())
         self._stop = threading.Event()
@@ -220,6 +223,12 @@ class ConsumerRuntime:
             self._fail(exc, self.desired().request)
             return
         self.positions.write_position(f"consumers/{self.name}", ZkPosition(-1, -1, ""))
+        try:
+            self._forget_offsets(self.feed_settings)
+        except TransientError as exc:
+            # Informational only (the target holds the position): the next commit after
+            # `online` overwrites it anyway.
+            log.warning("%s: reset: %s", self.name, exc)
         self.status.appliedLastSeqno = -1
         self.status.appliedLastEventId = ""
         self.status.appliedLastEpoch = -1

@@ -90,12 +90,15 @@ def test_reset_and_replay_from_a_seqno_into_an_emptied_target(
     assert rep.trepctl("offline").returncode == 0
     rep.wait_state("mariadb", "OFFLINE:NORMAL")
     rep.wait_state("pg", "OFFLINE:NORMAL")
+    assert _group_offset(rep, "mariadb") > 0 and _group_offset(rep, "pg") > 0
     refused = rep.trepctl("reset", input="n\n")
     assert refused.returncode != 0 and "Aborted" in refused.stderr
     done = rep.trepctl("reset", "-y")
     assert done.returncode == 0, done.stderr
     assert rep.tgt(f"SELECT COUNT(*) FROM {rep.cfg.tracking_schema}.trep_commit_seqno") \
         == [(0,)]
+    # Lag tools no longer show the cleared position.
+    assert _group_offset(rep, "mariadb") < 0 and _group_offset(rep, "pg") < 0
     # Empty both targets: MariaDB gets its tables back from the replayed DDL.
     rep.tgt(f"DROP TABLE {rep.schema}.accounts, {rep.schema}.nopk",
             f"DELETE FROM {rep.schema}.ready")
@@ -122,14 +125,10 @@ def test_heartbeat_lag_and_kafka_group_offsets_agree_with_status(
     assert pg_hb[0][0] == "hb-test" and 0 <= pg_hb[0][1] < 60_000
 
     status = json.loads(rep.trepctl("status", "--json").stdout)
-    admin = AdminClient({"bootstrap.servers": rep.cfg.kafka.bootstrap_servers})
     for group in ("mariadb", "pg"):
         applied = status["consumers"][group]["appliedLastSeqno"]
         assert applied == last
-        request = [ConsumerGroupTopicPartitions(rep.cfg.group_id(group),
-                                                [TopicPartition(rep.cfg.thl_topic, 0)])]
-        result = admin.list_consumer_group_offsets(request)[rep.cfg.group_id(group)].result(30)
-        committed = result.topic_partitions[0].offset
+        committed = _group_offset(rep, group)
         with ThlReader(rep.cfg.kafka.bootstrap_servers, rep.cfg.thl_topic) as reader:
             # The committed offset is just past the last record of the applied seqno.
             assert reader.offset_of(applied + 1) >= committed
@@ -162,3 +161,12 @@ def test_runner_serves_prometheus_metrics(replication: Replication) -> None:
     assert f'trep_extracted_last_seqno{{service="{rep.name}"}} {float(last)}' in text
     assert f'trep_extractor_online{{service="{rep.name}"}} 1.0' in text
     assert f'trep_extractor_retries_total{{service="{rep.name}"}} 0.0' in text
+
+
+def _group_offset(rep: Replication, group: str) -> int:
+    """The group's committed Kafka offset on the THL partition (negative: none)."""
+    admin = AdminClient({"bootstrap.servers": rep.cfg.kafka.bootstrap_servers})
+    request = [ConsumerGroupTopicPartitions(rep.cfg.group_id(group),
+                                            [TopicPartition(rep.cfg.thl_topic, 0)])]
+    result = admin.list_consumer_group_offsets(request)[rep.cfg.group_id(group)].result(30)
+    return int(result.topic_partitions[0].offset)
