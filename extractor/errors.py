@@ -30,6 +30,11 @@ class ThlCommitUnknown(ExtractorError):
     is read again by a new producer."""
 
 
+class LeaderLost(ExtractorError):
+    """This instance no longer holds the service's leader lock (its ZooKeeper session
+    expired, or a standby took over and fenced it): wait as standby and lead again."""
+
+
 def is_transient(exc: BaseException) -> bool:
     """True when starting again from the THL tail may succeed: the source or Kafka is down."""
     if isinstance(exc, (ThlCommitUnknown, ThlUnavailable)):

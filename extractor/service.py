@@ -21,7 +21,8 @@ from typing import Any
 import pymysql
 import sqlalchemy as sa
 from confluent_kafka.admin import AdminClient
-from kazoo.exceptions import LockTimeout
+from kazoo.exceptions import KazooException, LockTimeout
+from kazoo.recipe.lock import Lock
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
@@ -35,7 +36,13 @@ from tenacity import (
 )
 
 from extractor import binlog_fixes
-from extractor.errors import BinlogPurgedError, ExtractorError, ThlCommitUnknown, is_transient
+from extractor.errors import (
+    BinlogPurgedError,
+    ExtractorError,
+    LeaderLost,
+    ThlCommitUnknown,
+    is_transient,
+)
 from extractor.positions import StartPoint, find_start
 from extractor.transactions import BinlogPosition, TransactionAssembler
 from replicator.config import ReplicatorConfig
@@ -43,11 +50,11 @@ from replicator.control import ComponentNodes
 from replicator.filters import ReplicateFilter, TrackingSchemaFilter
 from replicator.state import State, Status
 from replicator.tracking import CommitSeqno, CommitSeqnoTable
-from replicator.zk import ServiceNodes, ZkPosition, connect
+from replicator.zk import ServiceNodes, ZkPosition, connect, flag_session_loss
 from thl_topics.admin import ThlTopicSpec, ensure_thl_topic
 from thl_topics.errors import ThlError, ThlUnavailable
 from thl_topics.event import ThlEvent
-from thl_topics.producer import ThlProducer
+from thl_topics.producer import ProducerFenced, ThlProducer
 from thl_topics.reader import ThlReader
 
 log = logging.getLogger(__name__)
@@ -92,48 +99,93 @@ class Extractor:
         self._stale = False
         #: Fresh starts after transient failures (source or Kafka down).
         self.retries = 0
+        #: Times this instance lost the leader lock while leading.
+        self.leadership_losses = 0
+        self._session_lost = threading.Event()
 
     def stop(self) -> None:
         """Ask the extractor to stop at the next transaction boundary."""
         self._stop.set()
 
     def run(self) -> None:
-        """Lead (or wait as standby), then extract until stopped."""
+        """Lead (or wait as standby), then extract until stopped.
+
+        Losing the leader lock (the ZooKeeper session expired, or a standby took over and
+        fenced this one) sends the instance back to standby: it waits for the lock again
+        and then starts over from the THL tail, like any new leader.
+        """
         zk = connect(self.cfg.zookeeper.hosts, self.cfg.zookeeper.timeout_s)
+        self._session_lost = flag_session_loss(zk)
         nodes = ServiceNodes(zk, self.cfg.zookeeper.root, self.cfg.service)
-        lock = nodes.extractor_lock(self.identity)
+        self._control = ComponentNodes(zk, self.cfg.zookeeper.root, self.cfg.service,
+                                       "extractor")
         try:
-            log.info("extractor %s: waiting for the leader lock of service %s",
-                     self.identity, self.cfg.service)
             while not self._stop.is_set():
+                lock = nodes.extractor_lock(self.identity)
+                self._session_lost.clear()
+                if not self._acquire(lock):
+                    return
                 try:
-                    if lock.acquire(timeout=1.0):
-                        break
-                except LockTimeout:
-                    continue  # still standby; look at the stop flag again
-            else:
-                return
-            log.info("extractor %s: leader of service %s", self.identity, self.cfg.service)
-            self._control = ComponentNodes(zk, self.cfg.zookeeper.root, self.cfg.service,
-                                           "extractor")
-            self._control.mark_alive(self.identity)
-            self._publish(State.SYNCHRONIZING)
-            try:
-                self._lead_retrying(nodes)
-            except _Stopped:
-                pass
-            except Exception as exc:
-                self.status.pendingError = "Extractor failed"
-                self.status.pendingErrorCode = type(exc).__name__
-                self.status.pendingErrorSeqno = self.status.appliedLastSeqno + 1
-                self.status.pendingExceptionMessage = str(exc)
-                self._publish(State.ERROR)
-                raise
-            self._publish(State.OFFLINE)
+                    self._lead_once(nodes, lock)
+                    return
+                except LeaderLost as exc:
+                    self.leadership_losses += 1
+                    log.warning("extractor %s: %s; waiting to lead again",
+                                self.identity, exc)
+                    self.status.pendingExceptionMessage = f"standby: {exc}"
+                    self._publish(State.SYNCHRONIZING)
+                finally:
+                    _release(lock)
         finally:
-            lock.release()
             zk.stop()
             zk.close()
+
+    def _acquire(self, lock: Lock) -> bool:
+        """Wait as standby until ``lock`` is ours (False: stopped while waiting)."""
+        log.info("extractor %s: waiting for the leader lock of service %s",
+                 self.identity, self.cfg.service)
+        while not self._stop.is_set():
+            try:
+                if lock.acquire(timeout=1.0):
+                    log.info("extractor %s: leader of service %s",
+                             self.identity, self.cfg.service)
+                    return True
+            except LockTimeout:
+                continue  # still standby; look at the stop flag again
+        return False
+
+    def _lead_once(self, nodes: ServiceNodes, lock: Lock) -> None:
+        """One leadership, until stopped; raises LeaderLost when the lock is gone."""
+        if self._control is not None:
+            self._control.mark_alive(self.identity)
+        self._publish(State.SYNCHRONIZING)
+        try:
+            self._lead_retrying(nodes)
+        except _Stopped:
+            pass
+        except ProducerFenced as exc:
+            if not _still_holds(lock, self.identity):
+                raise LeaderLost(f"fenced by the new leader ({exc})") from exc
+            self._fail(exc)
+            raise
+        except LeaderLost:
+            raise
+        except Exception as exc:
+            self._fail(exc)
+            raise
+        self._publish(State.OFFLINE)
+
+    def _fail(self, exc: Exception) -> None:
+        self.status.pendingError = "Extractor failed"
+        self.status.pendingErrorCode = type(exc).__name__
+        self.status.pendingErrorSeqno = self.status.appliedLastSeqno + 1
+        self.status.pendingExceptionMessage = str(exc)
+        self._publish(State.ERROR)
+
+    def _check_leader(self) -> None:
+        """Called on transaction boundaries: stop leading once the lock has gone."""
+        if self._session_lost.is_set():
+            raise LeaderLost("the ZooKeeper session expired and the leader lock with it")
 
     def _lead_retrying(self, nodes: ServiceNodes) -> None:
         """Lead; after a transient failure, start over from the THL tail, with backoff.
@@ -152,6 +204,7 @@ class Extractor:
     def _sleep(self, seconds: float) -> None:
         if self._stop.wait(seconds):
             raise _Stopped
+        self._check_leader()
 
     def _log_retry(self, state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
@@ -286,6 +339,7 @@ class Extractor:
                     continue
                 if self._stale and time.monotonic() - self._last_publish >= 0.5:
                     self._publish(State.ONLINE)  # idle (heartbeats only): show the last commit
+                self._check_leader()
                 if pending and (len(pending) >= xcfg.batch_transactions
                                 or isinstance(event, HeartbeatLogEvent)
                                 or time.monotonic() - batch_started >= xcfg.batch_ms / 1000):
@@ -301,6 +355,9 @@ class Extractor:
         """Commit the Kafka transaction, then move the positions past it."""
         if not pending:
             return
+        # A leader without its lock commits nothing more: the new one may already have
+        # read the THL tail (it would fence this commit anyway).
+        self._check_leader()
         try:
             producer.commit()
         except ThlUnavailable as exc:
@@ -332,3 +389,21 @@ class Extractor:
             self._control.publish_status(self.status.to_json())
         except Exception as exc:  # a status is never worth stopping the extractor for
             log.warning("extractor: cannot publish status: %s", exc)
+
+
+def _still_holds(lock: Lock, identity: str) -> bool:
+    """Whether ZooKeeper still lists this instance first among the lock's contenders."""
+    try:
+        contenders = lock.contenders()
+    except KazooException as exc:
+        log.warning("extractor: cannot read the leader lock: %s", exc)
+        return False
+    return bool(contenders) and contenders[0] == identity
+
+
+def _release(lock: Lock) -> None:
+    try:
+        lock.release()
+    except KazooException as exc:
+        # The session that held it is gone, and the lock node with it.
+        log.debug("extractor: releasing the leader lock: %s", exc)

@@ -13,14 +13,17 @@ Layout under ``<root>/<service>``::
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError as _BadVersion
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -71,6 +74,9 @@ class ComponentNodes:
     def __init__(self, client: KazooClient, root: str, service: str, component: str) -> None:
         self.client = client
         self.path = f"{root.rstrip('/')}/{service}/{component}"
+        self._identity = ""
+        self._listening = False
+        self._session_lost = False
 
     # -- written by the service -------------------------------------------------------------
 
@@ -78,12 +84,39 @@ class ComponentNodes:
         _put(self.client, f"{self.path}/status", json.dumps(status).encode())
 
     def mark_alive(self, identity: str) -> None:
-        """An ephemeral node that vanishes with this process's ZooKeeper session."""
+        """An ephemeral node that vanishes with this process's ZooKeeper session.
+
+        A session that expires (a long pause, a partition) takes the node with it: it is
+        created again as soon as kazoo has a new session, so trepctl still sees the process.
+        """
+        self._identity = identity
+        self._create_alive()
+        if not self._listening:
+            self._listening = True
+            self.client.add_listener(self._on_session_state)
+
+    def _create_alive(self) -> None:
         path = f"{self.path}/alive"
         try:
-            self.client.create(path, identity.encode(), ephemeral=True, makepath=True)
+            self.client.create(path, self._identity.encode(), ephemeral=True, makepath=True)
         except NodeExistsError:
-            self.client.set(path, identity.encode())
+            self.client.set(path, self._identity.encode())
+
+    def _on_session_state(self, state: str) -> None:
+        # Listeners run on kazoo's connection thread and must not block it.
+        if state == KazooState.LOST:
+            self._session_lost = True
+        elif state == KazooState.CONNECTED and self._session_lost:
+            self._session_lost = False
+            self.client.handler.spawn(self._recreate_alive)
+
+    def _recreate_alive(self) -> None:
+        try:
+            self._create_alive()
+            log.info("%s: new ZooKeeper session; marked alive again", self.path)
+        except KazooException as exc:
+            log.warning("%s: cannot mark alive after a new ZooKeeper session: %s",
+                        self.path, exc)
 
     def watch_desired(self, on_change: Callable[[Desired], None]) -> None:
         """Call ``on_change`` now and whenever trepctl changes the desired state."""

@@ -12,7 +12,7 @@ from replicator.state import State
 
 
 class ExtractorCollector(Collector):
-    """Last extracted seqno, its latency, whether the extractor is ONLINE, its retries."""
+    """Last extracted seqno, its latency, whether it is ONLINE, its retries and lost leads."""
 
     def __init__(self, extractor: Extractor, service: str) -> None:
         self.extractor = extractor
@@ -36,3 +36,9 @@ class ExtractorCollector(Collector):
             "Kafka failed", labels=["service"])
         retries.add_metric([self.service], float(self.extractor.retries))
         yield retries
+        losses = CounterMetricFamily(
+            "trep_extractor_leadership_losses", "Times the extractor lost its leader lock "
+            "(ZooKeeper session expired, or fenced by a new leader) and went back to standby",
+            labels=["service"])
+        losses.add_metric([self.service], float(self.extractor.leadership_losses))
+        yield losses

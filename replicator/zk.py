@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.interfaces import IAsyncResult
 from kazoo.recipe.lock import Lock
@@ -92,3 +93,19 @@ def connect(hosts: str, timeout: float) -> KazooClient:
     client.start(timeout=timeout)
     return client
 
+
+
+def flag_session_loss(client: KazooClient) -> threading.Event:
+    """An event set whenever ZooKeeper expires the client's session.
+
+    kazoo reconnects with a new session by itself, but whatever the old one held is gone:
+    ephemeral nodes, the leader lock. Whoever relied on them must notice and take them again.
+    """
+    lost = threading.Event()
+
+    def listener(state: str) -> None:
+        if state == KazooState.LOST:
+            lost.set()
+
+    client.add_listener(listener)
+    return lost

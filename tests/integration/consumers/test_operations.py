@@ -161,6 +161,7 @@ def test_runner_serves_prometheus_metrics(replication: Replication) -> None:
     assert f'trep_extracted_last_seqno{{service="{rep.name}"}} {float(last)}' in text
     assert f'trep_extractor_online{{service="{rep.name}"}} 1.0' in text
     assert f'trep_extractor_retries_total{{service="{rep.name}"}} 0.0' in text
+    assert f'trep_extractor_leadership_losses_total{{service="{rep.name}"}} 0.0' in text
 
 
 def _group_offset(rep: Replication, group: str) -> int:

@@ -1,13 +1,18 @@
-"""The source or Kafka down under a running service: everything waits, retries and converges.
+"""The source, Kafka or the process itself away under a running service: everything waits,
+retries and converges.
 
-Both tests restart a shared server of the session; each restores it in ``finally``.
+The source and Kafka tests restart a shared server of the session; each restores it in
+``finally``.
 """
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
+
+import yaml
 
 from replicator.control import ComponentNodes
 from stack import services
@@ -123,3 +128,46 @@ def test_kafka_down_under_load_everything_waits_and_converges(
     assert _assert_thl_exact(rep) > 100
     assert compare(rep, "nopk", NOPK_NAMES, "a, b, c") > 5
     assert compare(rep, "accounts", ACCOUNTS_NAMES, "id") > 10
+
+
+def test_runner_paused_past_its_zookeeper_session_takes_everything_back(
+        replication: Replication) -> None:
+    """trep-run frozen (SIGSTOP) longer than its ZooKeeper session: the session, the leader
+    lock and the ephemeral ``alive`` nodes are gone when it wakes. The extractor must lead
+    again from the THL tail (a new epoch), every group must be seen alive by trepctl, and
+    both targets must converge."""
+    rep = replication
+    data = yaml.safe_load(rep.config_path.read_text())
+    data["zookeeper"]["timeout_s"] = 4
+    rep.config_path.write_text(yaml.safe_dump(data))
+    proc = rep.spawn()
+    try:
+        _until("extractor ONLINE", lambda: _extractor_status(rep).get("state") == "ONLINE", 90)
+        epoch = _extractor_status(rep)["appliedLastEpoch"]
+        create_tables(rep, (ACCOUNTS_MYSQL, ACCOUNTS_PG), (NOPK_MYSQL, NOPK_PG))
+        work = MixedWorkload(rep.source.port, rep.schema, seed=47, rate=150)
+        work.start()
+        try:
+            time.sleep(3)
+            proc.send_signal(signal.SIGSTOP)
+            time.sleep(12)
+            nodes = [ComponentNodes(rep.zk, rep.cfg.zookeeper.root, rep.name, c)
+                     for c in ("extractor", "consumers/mariadb", "consumers/pg")]
+            assert not any(n.alive() for n in nodes), "the paused session did not expire"
+            proc.send_signal(signal.SIGCONT)
+            time.sleep(3)
+        finally:
+            committed = work.stop()
+        assert committed > 100
+        rep.wait_source_applied(timeout=300)
+        _until("alive nodes back", lambda: all(n.alive() for n in nodes), 30)
+        status = _extractor_status(rep)
+        assert status["state"] == "ONLINE" and status["appliedLastEpoch"] > epoch, status
+        assert _assert_thl_exact(rep) > 100
+        assert compare(rep, "nopk", NOPK_NAMES, "a, b, c") > 5
+        assert compare(rep, "accounts", ACCOUNTS_NAMES, "id") > 10
+        assert "waiting to lead again" in rep.log_path.read_text()
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, rep.log_path.read_text()[-3000:]

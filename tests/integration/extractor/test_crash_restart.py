@@ -88,6 +88,74 @@ def test_standby_takes_over_without_gap_or_duplicate(
     assert "leader of service" in svc.log_path.read_text()
 
 
+#: Longer than the 4 s ZooKeeper session of _short_session, with room for the expiry tick.
+PAUSE_S = 12
+
+
+def test_paused_leader_loses_its_session_and_leads_again(
+        make_service: Callable[..., ServiceUnderTest]) -> None:
+    """A process frozen past its ZooKeeper session (GC pause, VM stall) lost its lock:
+    it must notice, take the lock again and restart from the THL tail, not go on as if
+    it still led."""
+    svc = make_service(batch_ms=20)
+    _short_session(svc)
+    workload = NumberedWorkload(svc.source.port, svc.schema)
+    proc = svc.start_process()
+    svc.wait_streaming(proc=proc)
+    workload.start()
+    try:
+        time.sleep(2)
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(PAUSE_S)
+        before = svc.tail_seqno()
+        proc.send_signal(signal.SIGCONT)
+        svc.wait_streaming(after=before + 5, proc=proc)
+    finally:
+        committed = workload.stop()
+    try:
+        epochs = _check_thl(svc, committed)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    assert proc.returncode == 0, svc.log_path.read_text()[-3000:]
+    assert len(set(epochs)) == 2, "the extractor went on without its lock"
+    assert "waiting to lead again" in svc.log_path.read_text()
+
+
+def test_paused_leader_replaced_by_standby_becomes_standby(
+        make_service: Callable[..., ServiceUnderTest]) -> None:
+    """The standby takes over from a frozen leader; the old leader, thawed, is fenced by
+    Kafka and waits as standby instead of dying, then takes over again in its turn."""
+    svc = make_service(batch_ms=20)
+    _short_session(svc)
+    workload = NumberedWorkload(svc.source.port, svc.schema)
+    first = svc.start_process()
+    svc.wait_streaming(proc=first)
+    second = svc.start_process()
+    workload.start()
+    try:
+        time.sleep(3)
+        first.send_signal(signal.SIGSTOP)
+        time.sleep(PAUSE_S)
+        first.send_signal(signal.SIGCONT)
+        svc.wait_streaming(after=svc.tail_seqno() + 5, proc=second)
+        time.sleep(3)
+        assert first.poll() is None, "the thawed leader died instead of becoming standby"
+        second.send_signal(signal.SIGKILL)
+        second.wait(10)
+        svc.wait_streaming(after=svc.tail_seqno() + 5, proc=first)
+    finally:
+        committed = workload.stop()
+    try:
+        epochs = _check_thl(svc, committed)
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(60)
+    assert first.returncode == 0, svc.log_path.read_text()[-3000:]
+    assert len(set(epochs)) == 3, "each leadership must start a new epoch"
+    assert "waiting to lead again" in svc.log_path.read_text()
+
+
 def _short_session(svc: ServiceUnderTest) -> None:
     """A killed leader's lock goes with its ZooKeeper session: keep the session short."""
     import yaml

@@ -1,10 +1,15 @@
-"""trepctl's seqno lists and the desired-state document."""
+"""trepctl's seqno lists, the desired-state document, liveness across ZooKeeper sessions."""
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Callable
 
-from replicator.control import Desired, parse_seqno_ranges
+import pytest
+from kazoo.client import KazooState
+from kazoo.exceptions import NodeExistsError
+
+from replicator.control import ComponentNodes, Desired, parse_seqno_ranges
+from replicator.zk import flag_session_loss
 
 
 def test_skip_seqno_lists_and_ranges() -> None:
@@ -22,3 +27,54 @@ def test_desired_ignores_unknown_fields_and_defaults_to_online() -> None:
     assert Desired.from_json(b"") == Desired()
     d = Desired.from_json(b'{"state": "OFFLINE", "request": 3, "future": 1}')
     assert (d.state, d.request, d.skip_seqnos) == ("OFFLINE", 3, [])
+
+
+class _SessionClient:
+    """Just enough of KazooClient: ephemeral nodes that a session loss takes away."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, bytes] = {}
+        self.listeners: list[Callable[[str], None]] = []
+        self.handler = self
+
+    def spawn(self, fn: Callable[[], None]) -> None:
+        fn()
+
+    def add_listener(self, listener: Callable[[str], None]) -> None:
+        self.listeners.append(listener)
+
+    def create(self, path: str, data: bytes, ephemeral: bool = False,
+               makepath: bool = False) -> None:
+        if path in self.nodes:
+            raise NodeExistsError
+        self.nodes[path] = data
+
+    def set(self, path: str, data: bytes) -> None:
+        self.nodes[path] = data
+
+    def expire(self) -> None:
+        self.nodes.clear()
+        for state in (KazooState.SUSPENDED, KazooState.LOST, KazooState.CONNECTED):
+            for listener in self.listeners:
+                listener(state)
+
+
+def test_alive_node_comes_back_with_a_new_session() -> None:
+    client = _SessionClient()
+    nodes = ComponentNodes(client, "/t", "svc", "consumers/g")
+    nodes.mark_alive("host:1")
+    nodes.mark_alive("host:1")  # again (a new leadership): still one listener
+    assert client.nodes == {"/t/svc/consumers/g/alive": b"host:1"}
+    assert len(client.listeners) == 1
+    client.expire()
+    assert client.nodes == {"/t/svc/consumers/g/alive": b"host:1"}
+
+
+def test_session_loss_is_flagged_until_cleared() -> None:
+    client = _SessionClient()
+    lost = flag_session_loss(client)
+    for listener in client.listeners:
+        listener(KazooState.SUSPENDED)
+    assert not lost.is_set()  # a suspended session may still come back whole
+    client.expire()
+    assert lost.is_set()
