@@ -6,12 +6,19 @@ the same service, so a stale extractor that lost its lock can no longer write th
 
 from __future__ import annotations
 
+import logging
+
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from thl_topics.codec import ThlCodec
 from thl_topics.errors import ThlError, ThlUnavailable, is_passing
 from thl_topics.event import ThlEvent
 from thl_topics.records import record_headers, record_key
+
+log = logging.getLogger(__name__)
+
+#: Another producer with our transactional id took over.
+_FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
 
 
 class ProducerFenced(ThlError):
@@ -48,13 +55,14 @@ class ThlProducer:
         try:
             fn(*args)  # type: ignore[operator]
         except KafkaException as exc:
-            err: KafkaError = exc.args[0]
-            if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
-                              KafkaError.INVALID_PRODUCER_EPOCH):
-                raise ProducerFenced(f"{self.topic}: producer fenced by a newer extractor: "
-                                     f"{err.str()}") from exc
-            kind = ThlUnavailable if is_passing(err) else ThlError
-            raise kind(f"{self.topic}: {err.str()}") from exc
+            raise self._error(exc.args[0]) from exc
+
+    def _error(self, err: KafkaError) -> ThlError:
+        if err.code() in _FENCED:
+            return ProducerFenced(f"{self.topic}: producer fenced by a newer extractor: "
+                                  f"{err.str()}")
+        kind = ThlUnavailable if is_passing(err) else ThlError
+        return kind(f"{self.topic}: {err.str()}")
 
     def _delivered(self, err: KafkaError | None, _msg: object) -> None:
         # Records purged by an abort report an error too; they were meant to vanish.
@@ -77,10 +85,11 @@ class ThlProducer:
                 break
             except BufferError:
                 # The local queue is full: let deliveries drain, then try again.
-                self._producer.poll(0.1)
+                self._call(self._producer.poll, 0.1)
             except KafkaException as exc:
-                self._call(_raise, exc)
-        self._producer.poll(0)
+                raise self._error(exc.args[0]) from exc
+        # poll() raises a fatal error (fenced, ...) as soon as librdkafka knows it.
+        self._call(self._producer.poll, 0)
 
     @property
     def in_transaction(self) -> bool:
@@ -94,6 +103,9 @@ class ThlProducer:
         self._in_txn = False
         if self._errors:
             errors, self._errors = self._errors, []
+            fenced = [e for e in errors if e.code() in _FENCED]
+            if fenced:
+                raise self._error(fenced[0])
             kind = ThlUnavailable if all(is_passing(e) for e in errors) else ThlError
             raise kind(f"{self.topic}: delivery failed: {errors[0].str()}")
 
@@ -103,11 +115,10 @@ class ThlProducer:
             self._in_txn = False
             self._errors.clear()
             self._call(self._producer.abort_transaction, self.timeout)
-            self._producer.poll(0)  # serve the purged records' callbacks now
+            try:
+                self._producer.poll(0)  # serve the purged records' callbacks now
+            except KafkaException as exc:
+                log.debug("%s: after abort: %s", self.topic, exc)
 
     def close(self) -> None:
         self._producer.flush(self.timeout)
-
-
-def _raise(exc: BaseException) -> None:
-    raise exc
