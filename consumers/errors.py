@@ -20,6 +20,13 @@ class TransientError(ConsumerError):
     code = "TRANSIENT"
 
 
+class PositionConflict(ConsumerError):
+    """The target's stored position moved under this consumer: another process applies the
+    same group to the same target. Nothing of the block was committed."""
+
+    code = "CONFLICT"
+
+
 class DataError(ConsumerError):
     """The target refused this transaction's data: stop at its seqno until an operator acts."""
 

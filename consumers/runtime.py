@@ -16,6 +16,7 @@ One runtime drives one consumer group. Its loop:
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
@@ -36,6 +37,7 @@ from consumers.errors import (
     ConsumerError,
     DataError,
     EpochMismatch,
+    PositionConflict,
     SeqnoGap,
     TerminalError,
     TransientError,
@@ -45,7 +47,7 @@ from consumers.metrics import ConsumerMetrics
 from replicator.config import ConsumerConfig
 from replicator.control import ComponentNodes, Desired, Wakeup
 from replicator.state import State, Status
-from replicator.zk import ServiceNodes, ZkPosition
+from replicator.zk import Leadership, ServiceNodes, ZkPosition
 from thl_topics.event import ThlEvent
 from thl_topics.reader import ThlRecord
 
@@ -66,6 +68,10 @@ class _GoOffline(Exception):
     """The operator asked for OFFLINE (or the process is stopping) on a seqno boundary."""
 
 
+class _LeadLost(Exception):
+    """This process no longer holds the group's lock: another one may be applying."""
+
+
 class ConsumerRuntime:
     """Runs one consumer group until ``stop()``; ``run()`` blocks."""
 
@@ -73,7 +79,8 @@ class ConsumerRuntime:
                  control: ComponentNodes, positions: ServiceNodes,
                  metrics: ConsumerMetrics | None = None,
                  feed_factory: Callable[[FeedSettings], ThlFeed] | None = None,
-                 forget_offsets: Callable[[FeedSettings], None] | None = None) -> None:
+                 forget_offsets: Callable[[FeedSettings], None] | None = None,
+                 lead: Leadership | None = None) -> None:
         self.name = name
         self.cfg = cfg
         self.feed_settings = feed
@@ -87,6 +94,11 @@ class ConsumerRuntime:
             lambda f: forget_group_offsets(f.bootstrap, f.group_id))
         self.status = Status(serviceName=feed.service, role=f"consumer:{name}",
                              host=socket.gethostname())
+        #: One process applies a group at a time; others wait as standby.
+        self.lead = lead or positions.leadership(
+            f"consumers/{name}", f"{self.status.host}:{os.getpid()}")
+        #: Times this process lost the group's lock while applying.
+        self.lead_losses = 0
         self._stop = threading.Event()
         self._wakeup = Wakeup()
         self._desired = Desired(state="ONLINE" if cfg.auto_online else "OFFLINE")
@@ -145,31 +157,60 @@ class ConsumerRuntime:
     # -- main loop -------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Serve desired states until ``stop()``."""
-        self.control.mark_alive(self.status.host)
+        """Serve desired states until ``stop()``, while this process holds the group's lock.
+
+        Without the lock it waits as standby and publishes nothing; losing the lock (the
+        ZooKeeper session expired) abandons the open block and goes back to waiting.
+        """
         self.control.watch_desired(self._on_desired)
-        self._set_state(State.OFFLINE)
         try:
+            standby_logged = False
             while not self._stop.is_set():
-                desired = self.desired()
-                if desired.reset and self.status.state != State.ONLINE.value:
-                    self._reset()
+                if not self.lead.acquire(timeout=1.0):
+                    if not standby_logged:
+                        log.info("%s: standby: another process applies this group; waiting "
+                                 "for its lock", self.name)
+                        standby_logged = True
                     continue
-                if not self._wants_online():
-                    if self._error_request is not None and \
-                            self.desired().request != self._error_request:
-                        self._error_request = None  # e.g. `offline` clears the error
-                        self.status.clear_error()
-                        self._set_state(State.OFFLINE)
-                    self._wakeup.wait(1.0)
-                    continue
-                self._error_request = None
-                self.status.clear_error()
-                self._go_online()
+                standby_logged = False
+                try:
+                    self._lead()
+                except _LeadLost as exc:
+                    self.lead_losses += 1
+                    self.metrics.error("lock_lost")
+                    log.warning("%s: %s; waiting for the group's lock again", self.name, exc)
+                finally:
+                    self.lead.release()
         finally:
             self.applier.close()
-            if self.status.state != State.ERROR.value:
-                self._set_state(State.OFFLINE)
+
+    def _lead(self) -> None:
+        self.control.mark_alive(self.status.host)
+        self._set_state(State.OFFLINE)
+        while not self._stop.is_set():
+            self._check_lead()
+            desired = self.desired()
+            if desired.reset and self.status.state != State.ONLINE.value:
+                self._reset()
+                continue
+            if not self._wants_online():
+                if self._error_request is not None and \
+                        self.desired().request != self._error_request:
+                    self._error_request = None  # e.g. `offline` clears the error
+                    self.status.clear_error()
+                    self._set_state(State.OFFLINE)
+                self._wakeup.wait(1.0)
+                continue
+            self._error_request = None
+            self.status.clear_error()
+            self._go_online()
+        if self.status.state != State.ERROR.value:
+            self._set_state(State.OFFLINE)
+
+    def _check_lead(self) -> None:
+        """On seqno boundaries: stop applying once the group's lock has gone."""
+        if self.lead.lost.is_set():
+            raise _LeadLost("the ZooKeeper session expired and the group's lock with it")
 
     def _go_online(self) -> None:
         limit = self.cfg.retry_limit_s
@@ -183,12 +224,17 @@ class ConsumerRuntime:
             retrying(self._session)
         except _GoOffline:
             self._set_state(State.OFFLINE)
+        except PositionConflict as exc:
+            if not self.lead.still_held():
+                raise _LeadLost(str(exc)) from exc
+            self._fail(exc, request)
         except ConsumerError as exc:
             self._fail(exc, request)
 
     def _sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
+            self._check_lead()
             if not self._wants_online():
                 raise _GoOffline
             self._wakeup.wait(min(0.5, deadline - time.monotonic()))
@@ -273,6 +319,7 @@ class ConsumerRuntime:
             value = probe()
             if value is not None:
                 return value
+            self._check_lead()
             if not self._wants_online():
                 raise _GoOffline
             self._wakeup.wait(0.5)
@@ -301,6 +348,7 @@ class ConsumerRuntime:
                 self.status.pendingExceptionMessage = (
                     f"waiting for the THL to reach seqno {stored.seqno}")
                 self._publish(force=False)
+                self._check_lead()
                 if not self._wants_online():
                     raise _GoOffline
                 self._wakeup.wait(0.5)
@@ -335,6 +383,8 @@ class ConsumerRuntime:
             nonlocal block, skipped
             if not block:
                 return
+            # Another process may hold the lock by now: its work, not this block, counts.
+            self._check_lead()
             try:
                 self.applier.commit(block[-1])
             except ConsumerError as exc:
@@ -351,6 +401,7 @@ class ConsumerRuntime:
 
         while True:
             if in_seqno is None:
+                self._check_lead()
                 if not self._wants_online():
                     commit()
                     raise _GoOffline

@@ -21,8 +21,6 @@ from typing import Any
 import pymysql
 import sqlalchemy as sa
 from confluent_kafka.admin import AdminClient
-from kazoo.exceptions import KazooException, LockTimeout
-from kazoo.recipe.lock import Lock
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
@@ -50,7 +48,7 @@ from replicator.control import ComponentNodes
 from replicator.filters import ReplicateFilter, TrackingSchemaFilter
 from replicator.state import State, Status
 from replicator.tracking import CommitSeqno, CommitSeqnoTable
-from replicator.zk import ServiceNodes, ZkPosition, connect, flag_session_loss
+from replicator.zk import Leadership, ServiceNodes, ZkPosition, connect
 from thl_topics.admin import ThlTopicSpec, ensure_thl_topic
 from thl_topics.errors import ThlError, ThlUnavailable
 from thl_topics.event import ThlEvent
@@ -101,7 +99,7 @@ class Extractor:
         self.retries = 0
         #: Times this instance lost the leader lock while leading.
         self.leadership_losses = 0
-        self._session_lost = threading.Event()
+        self._lead_lock: Leadership | None = None
 
     def stop(self) -> None:
         """Ask the extractor to stop at the next transaction boundary."""
@@ -115,18 +113,16 @@ class Extractor:
         and then starts over from the THL tail, like any new leader.
         """
         zk = connect(self.cfg.zookeeper.hosts, self.cfg.zookeeper.timeout_s)
-        self._session_lost = flag_session_loss(zk)
         nodes = ServiceNodes(zk, self.cfg.zookeeper.root, self.cfg.service)
         self._control = ComponentNodes(zk, self.cfg.zookeeper.root, self.cfg.service,
                                        "extractor")
+        self._lead_lock = lead = nodes.leadership("extractor", self.identity)
         try:
             while not self._stop.is_set():
-                lock = nodes.extractor_lock(self.identity)
-                self._session_lost.clear()
-                if not self._acquire(lock):
+                if not self._acquire(lead):
                     return
                 try:
-                    self._lead_once(nodes, lock)
+                    self._lead_once(nodes, lead)
                     return
                 except LeaderLost as exc:
                     self.leadership_losses += 1
@@ -135,26 +131,22 @@ class Extractor:
                     self.status.pendingExceptionMessage = f"standby: {exc}"
                     self._publish(State.SYNCHRONIZING)
                 finally:
-                    _release(lock)
+                    lead.release()
         finally:
             zk.stop()
             zk.close()
 
-    def _acquire(self, lock: Lock) -> bool:
-        """Wait as standby until ``lock`` is ours (False: stopped while waiting)."""
+    def _acquire(self, lead: Leadership) -> bool:
+        """Wait as standby until the lock is ours (False: stopped while waiting)."""
         log.info("extractor %s: waiting for the leader lock of service %s",
                  self.identity, self.cfg.service)
         while not self._stop.is_set():
-            try:
-                if lock.acquire(timeout=1.0):
-                    log.info("extractor %s: leader of service %s",
-                             self.identity, self.cfg.service)
-                    return True
-            except LockTimeout:
-                continue  # still standby; look at the stop flag again
+            if lead.acquire(timeout=1.0):
+                log.info("extractor %s: leader of service %s", self.identity, self.cfg.service)
+                return True
         return False
 
-    def _lead_once(self, nodes: ServiceNodes, lock: Lock) -> None:
+    def _lead_once(self, nodes: ServiceNodes, lead: Leadership) -> None:
         """One leadership, until stopped; raises LeaderLost when the lock is gone."""
         if self._control is not None:
             self._control.mark_alive(self.identity)
@@ -164,7 +156,7 @@ class Extractor:
         except _Stopped:
             pass
         except ProducerFenced as exc:
-            if not _still_holds(lock, self.identity):
+            if not lead.still_held():
                 raise LeaderLost(f"fenced by the new leader ({exc})") from exc
             self._fail(exc)
             raise
@@ -184,7 +176,7 @@ class Extractor:
 
     def _check_leader(self) -> None:
         """Called on transaction boundaries: stop leading once the lock has gone."""
-        if self._session_lost.is_set():
+        if self._lead_lock is not None and self._lead_lock.lost.is_set():
             raise LeaderLost("the ZooKeeper session expired and the leader lock with it")
 
     def _lead_retrying(self, nodes: ServiceNodes) -> None:
@@ -390,20 +382,3 @@ class Extractor:
         except Exception as exc:  # a status is never worth stopping the extractor for
             log.warning("extractor: cannot publish status: %s", exc)
 
-
-def _still_holds(lock: Lock, identity: str) -> bool:
-    """Whether ZooKeeper still lists this instance first among the lock's contenders."""
-    try:
-        contenders = lock.contenders()
-    except KazooException as exc:
-        log.warning("extractor: cannot read the leader lock: %s", exc)
-        return False
-    return bool(contenders) and contenders[0] == identity
-
-
-def _release(lock: Lock) -> None:
-    try:
-        lock.release()
-    except KazooException as exc:
-        # The session that held it is gone, and the lock node with it.
-        log.debug("extractor: releasing the leader lock: %s", exc)

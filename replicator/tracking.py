@@ -10,6 +10,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 import sqlalchemy as sa
+import sqlalchemy.exc as sa_exc
 from sqlalchemy.dialects import mysql
 
 #: Microseconds where the dialect has them, so heartbeat lag is measured in milliseconds.
@@ -123,3 +124,56 @@ class CommitSeqnoTable:
         done = conn.execute(sa.update(t).where(t.c.task_id == pos.task_id).values(values))
         if done.rowcount == 0:
             conn.execute(sa.insert(t).values(values))
+
+    def lock(self, conn: sa.Connection, task_id: int = 0) -> int | None:
+        """The stored seqno, read with a row lock held until the caller's transaction ends.
+
+        Two writers of one position serialize here: the second one waits for the first to
+        commit and then sees the seqno it wrote.
+        """
+        t = self.table
+        row = conn.execute(sa.select(t.c.seqno).where(t.c.task_id == task_id)
+                           .with_for_update()).first()
+        return None if row is None else row[0]
+
+    def advance(self, conn: sa.Connection, pos: CommitSeqno, expected: int | None) -> None:
+        """Move the position from ``expected`` (None: no position yet) to ``pos``.
+
+        Raises PositionMoved when the stored seqno is not ``expected``: someone else wrote
+        the position since it was read.
+        """
+        t = self.table
+        values = pos.row()
+        if expected is None:
+            if conn.execute(sa.select(t.c.seqno).where(t.c.task_id == pos.task_id)
+                            ).first() is not None:
+                raise PositionMoved(expected, self._stored(conn, pos.task_id))
+            try:
+                conn.execute(sa.insert(t).values(values))
+            except sa_exc.IntegrityError as exc:
+                # Inserted meanwhile by a writer whose transaction we waited for.
+                raise PositionMoved(expected, None, "a position written meanwhile") from exc
+            return
+        done = conn.execute(sa.update(t).where(t.c.task_id == pos.task_id,
+                                               t.c.seqno == expected).values(values))
+        if done.rowcount != 1:
+            raise PositionMoved(expected, self._stored(conn, pos.task_id))
+
+    def _stored(self, conn: sa.Connection, task_id: int) -> int | None:
+        t = self.table
+        row = conn.execute(sa.select(t.c.seqno).where(t.c.task_id == task_id)).first()
+        return None if row is None else row[0]
+
+
+class PositionMoved(Exception):
+    """The stored position is not the one this writer read: another writer moved it."""
+
+    def __init__(self, expected: int | None, found: int | None, what: str = "") -> None:
+        super().__init__(f"expected stored seqno {_show(expected)}, found "
+                         f"{what or _show(found)}")
+        self.expected = expected
+        self.found = found
+
+
+def _show(seqno: int | None) -> str:
+    return "none" if seqno is None else str(seqno)

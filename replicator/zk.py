@@ -1,4 +1,4 @@
-"""ZooKeeper: position mirrors and the extractor's leader lock, under ``<root>/<service>``."""
+"""ZooKeeper: position mirrors and the leader locks, under ``<root>/<service>``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import KazooException, LockTimeout, NoNodeError
 from kazoo.interfaces import IAsyncResult
 from kazoo.recipe.lock import Lock
 
@@ -35,9 +35,10 @@ class ServiceNodes:
         self.base = f"{root.rstrip('/')}/{service}"
         self._mirrored: set[str] = set()
 
-    def extractor_lock(self, identifier: str) -> Lock:
-        """The lock that keeps one extractor active per service."""
-        return self.client.Lock(f"{self.base}/extractor/lock", identifier)
+    def leadership(self, component: str, identity: str) -> Leadership:
+        """The lock that keeps one process active per component (``extractor`` or
+        ``consumers/<group>``)."""
+        return Leadership(self.client, f"{self.base}/{component}/lock", identity)
 
     def _position_path(self, component: str) -> str:
         return f"{self.base}/{component}/position"
@@ -109,3 +110,51 @@ def flag_session_loss(client: KazooClient) -> threading.Event:
 
     client.add_listener(listener)
     return lost
+
+
+class Leadership:
+    """One component's ZooKeeper lock, and whether this process still holds it.
+
+    The lock lives as long as the ZooKeeper session that took it. ``lost`` is set when that
+    session expires; the holder must then stop at its next transaction boundary and take
+    the lock again before going on (whoever took it meanwhile may have moved on).
+    """
+
+    def __init__(self, client: KazooClient, path: str, identity: str) -> None:
+        self.client = client
+        self.path = path
+        self.identity = identity
+        self.lost = flag_session_loss(client)
+        self._lock: Lock | None = None
+
+    def acquire(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the lock; True once it is held."""
+        if self._lock is None:
+            # A new lock node, in the current session: forget losses of earlier ones.
+            self.lost.clear()
+            self._lock = self.client.Lock(self.path, self.identity)
+        try:
+            return bool(self._lock.acquire(timeout=timeout))
+        except LockTimeout:
+            return False
+
+    def release(self) -> None:
+        """Give the lock up (a lock whose session expired is already gone)."""
+        lock, self._lock = self._lock, None
+        if lock is None:
+            return
+        try:
+            lock.release()
+        except KazooException as exc:
+            log.debug("releasing %s: %s", self.path, exc)
+
+    def still_held(self) -> bool:
+        """Whether ZooKeeper still lists this process first among the contenders."""
+        if self.lost.is_set() or self._lock is None:
+            return False
+        try:
+            contenders = self._lock.contenders()
+        except KazooException as exc:
+            log.warning("cannot read the lock %s: %s", self.path, exc)
+            return False
+        return bool(contenders) and contenders[0] == self.identity

@@ -18,12 +18,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
-from consumers.errors import DataError, TransientError
+from consumers.errors import DataError, PositionConflict, TransientError
 from consumers.sql.statements import RowStatements, TargetTable, bind_rows, statement_for
 from consumers.sql.values import adapt_row
 from replicator.config import ConsumerConfig
 from replicator.filters import ReplicateFilter
-from replicator.tracking import CommitSeqno, CommitSeqnoTable, tracking_metadata
+from replicator.tracking import CommitSeqno, CommitSeqnoTable, PositionMoved, tracking_metadata
 from thl_topics.event import ColumnSpec, RowAction, RowChange, Statement, ThlEvent
 from thl_topics.values import from_thl
 
@@ -92,6 +92,10 @@ class SqlApplier:
         self._session_defaults: dict[str, Any] = {}
         #: The first seqno after a (re)connect may replay a DDL that already ran.
         self._replaying = False
+        #: The seqno stored on the target as this applier last read or wrote it; a block
+        #: commits only if the target still holds it (one writer per position).
+        self._expected: int | None = None
+        self._expected_known = False
 
     @property
     def _db(self) -> sa.Connection:
@@ -134,9 +138,11 @@ class SqlApplier:
     def position(self) -> CommitSeqno | None:
         try:
             with self._eng.connect() as conn:
-                return self.tracking.read(conn)
+                pos = self.tracking.read(conn)
         except sa_exc.DBAPIError as exc:
             raise self._classify(exc, "reading trep_commit_seqno") from exc
+        self._expected, self._expected_known = (pos.seqno if pos else None), True
+        return pos
 
     def reset(self) -> None:
         try:
@@ -144,6 +150,7 @@ class SqlApplier:
                 conn.execute(sa.delete(self.tracking.table))
         except sa_exc.DBAPIError as exc:
             raise self._classify(exc, "clearing trep_commit_seqno") from exc
+        self._expected, self._expected_known = None, True
 
     def close(self) -> None:
         self.rollback()
@@ -169,9 +176,17 @@ class SqlApplier:
                 self._session_defaults = dict(zip(
                     ("sql_mode", "foreign_key_checks", "unique_checks",
                      "character_set_client", "collation_connection"), row, strict=True))
+            # Lock the position row for the block: a second writer of this position waits
+            # here, then finds the position moved, before it applies anything.
+            stored = self.tracking.lock(self._db)
         except sa_exc.DBAPIError as exc:
             self.rollback()
             raise self._classify(exc, "opening a transaction") from exc
+        if not self._expected_known:
+            self._expected, self._expected_known = stored, True
+        elif stored != self._expected:
+            self.rollback()
+            raise self._conflict(PositionMoved(self._expected, stored))
 
     def apply(self, event: ThlEvent) -> None:
         for item in event.data:
@@ -201,15 +216,26 @@ class SqlApplier:
             extract_timestamp=source_time.replace(tzinfo=None))
         try:
             self._flush()
-            self.tracking.write(self._db, pos)
+            self.tracking.advance(self._db, pos, self._expected)
             txn.commit()
+        except PositionMoved as exc:
+            self.rollback()
+            raise self._conflict(exc, seqno=last.seqno) from exc
         except sa_exc.DBAPIError as exc:
             self.rollback()
             raise self._classify(exc, f"committing up to seqno {last.seqno}",
                                  seqno=last.seqno) from exc
         finally:
             self._end()
+        self._expected = last.seqno
         self._replaying = False
+
+    def _conflict(self, exc: PositionMoved, seqno: int = -1) -> PositionConflict:
+        return PositionConflict(
+            f"{self.target}: {self.tracking_schema}.trep_commit_seqno moved under this "
+            f"consumer ({exc}): another process applies the same consumer group to this "
+            "target. Nothing of this block was committed; run one process per group.",
+            seqno=seqno)
 
     def rollback(self) -> None:
         self._batch = None

@@ -6,6 +6,7 @@ import random
 import signal
 import time
 
+import yaml
 from kazoo.exceptions import NoNodeError
 
 from stack import services
@@ -51,6 +52,66 @@ def test_consumers_killed_twenty_times_under_load_apply_everything_once(
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, rep.log_path.read_text()[-3000:]
+
+
+def test_a_second_process_for_the_same_groups_waits_as_standby_and_takes_over(
+        replication: Replication) -> None:
+    """Two trep-run processes with the same consumer groups (an operator's slip, or a
+    standby on purpose): one applies each group, the other waits; killing the active one
+    hands over, and nothing is applied twice."""
+    rep = replication
+    data = yaml.safe_load(rep.config_path.read_text())
+    data["zookeeper"]["timeout_s"] = 4  # a killed holder's lock goes with its session
+    rep.config_path.write_text(yaml.safe_dump(data))
+    rep.start(consumers=[])
+    create_tables(rep, (ACCOUNTS_MYSQL, ACCOUNTS_PG), (NOPK_MYSQL, NOPK_PG))
+    work = MixedWorkload(rep.source.port, rep.schema, seed=29, rate=150)
+    procs = {p.pid: p for p in (rep.spawn("--no-extractor"), rep.spawn("--no-extractor"))}
+    work.start()
+    try:
+        rep.wait_state("mariadb", "ONLINE")
+        rep.wait_state("pg", "ONLINE")
+        time.sleep(3)
+        holders = {g: _lock_holder(rep, g) for g in ("mariadb", "pg")}
+        for group, pid in holders.items():
+            assert pid in procs, (group, pid)
+            assert _lock_contenders(rep, group) == 2, "the second process is not standby"
+        active = holders["mariadb"]
+        procs[active].send_signal(signal.SIGKILL)
+        procs[active].wait(10)
+        (survivor,) = (p for pid, p in procs.items() if pid != active)
+        time.sleep(3)
+        assert survivor.poll() is None, rep.log_path.read_text()[-3000:]
+    finally:
+        committed = work.stop()
+    try:
+        assert committed > 100
+        rep.wait_source_applied(timeout=300)
+        assert {_lock_holder(rep, g) for g in ("mariadb", "pg")} == {survivor.pid}
+        # The table without a key is the one a double apply would show (duplicate rows).
+        assert compare(rep, "nopk", NOPK_NAMES, "a, b, c") > 5
+        assert compare(rep, "accounts", ACCOUNTS_NAMES, "id") > 10
+        assert "standby: another process applies this group" in rep.log_path.read_text()
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(60) == 0, rep.log_path.read_text()[-3000:]
+
+
+def _lock_path(rep: Replication, group: str) -> str:
+    return f"{rep.cfg.zookeeper.root}/{rep.name}/consumers/{group}/lock"
+
+
+def _lock_contenders(rep: Replication, group: str) -> int:
+    return len(rep.zk.Lock(_lock_path(rep, group)).contenders())
+
+
+def _lock_holder(rep: Replication, group: str) -> int:
+    """The pid of the process holding the group's lock (identities are host:pid)."""
+    contenders = rep.zk.Lock(_lock_path(rep, group)).contenders()
+    assert contenders, f"nobody holds the lock of {group}"
+    return int(contenders[0].rsplit(":", 1)[1])
 
 
 def test_target_down_for_thirty_seconds_under_load_recovers_and_converges(

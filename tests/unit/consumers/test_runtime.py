@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from consumers.errors import PositionConflict
 from consumers.runtime import ConsumerRuntime, FeedSettings
 from replicator.config import ConsumerConfig
 from replicator.control import Desired
@@ -120,25 +121,54 @@ class MemoryControl:
         return self.wanted
 
 
+class HeldLead:
+    """A group lock that is granted at once; a test may take it away."""
+
+    def __init__(self) -> None:
+        self.lost = threading.Event()
+        self.held = False
+        self.acquired = 0
+
+    def acquire(self, timeout: float) -> bool:
+        if not self.held:
+            self.lost.clear()
+            self.held = True
+            self.acquired += 1
+        return True
+
+    def release(self) -> None:
+        self.held = False
+
+    def still_held(self) -> bool:
+        return self.held and not self.lost.is_set()
+
+
 class MemoryPositions:
     def __init__(self) -> None:
         self.mirrored: list[int] = []
+        self.lead = HeldLead()
 
     def write_position(self, component: str, pos: Any) -> None:
         self.mirrored.append(pos.seqno)
 
     mirror_position = write_position
 
+    def leadership(self, component: str, identity: str) -> HeldLead:
+        return self.lead
+
 
 def _run(records: list[ThlRecord], until: Callable[[MemoryTarget, MemoryControl], bool],
-         stored: CommitSeqno | None = None) -> tuple[MemoryTarget, MemoryControl, MemoryFeed]:
-    feed, target, control = MemoryFeed(records), MemoryTarget(), MemoryControl()
+         stored: CommitSeqno | None = None, target: MemoryTarget | None = None,
+         positions: MemoryPositions | None = None,
+         ) -> tuple[MemoryTarget, MemoryControl, MemoryFeed]:
+    feed, control = MemoryFeed(records), MemoryControl()
+    target = target or MemoryTarget()
     target.stored = stored
     runtime = ConsumerRuntime(
         "g", ConsumerConfig(url="mysql+pymysql://x@h/", block_commit_events=10,
                             block_commit_ms=50),
         FeedSettings("b", "thl.t", "grp", "t"), target,
-        control, MemoryPositions(),  # type: ignore[arg-type]
+        control, positions or MemoryPositions(),  # type: ignore[arg-type]
         feed_factory=lambda _: feed)  # type: ignore[arg-type,return-value]
     thread = threading.Thread(target=runtime.run, daemon=True)
     thread.start()
@@ -196,3 +226,50 @@ def test_a_missing_fragment_stops_the_consumer() -> None:
     target, control, _ = _run(records, lambda _, c: c.status.get("state") == "OFFLINE:ERROR")
     assert "seqno 1 is missing fragment 1" in control.status["pendingExceptionMessage"]
     assert target.stored is not None and target.stored.seqno == 0
+
+
+class LosingTarget(MemoryTarget):
+    """Loses the group's lock while the fourth seqno is being applied."""
+
+    def __init__(self, lead: HeldLead) -> None:
+        super().__init__()
+        self.lead = lead
+        self.rolled_back: list[list[tuple[int, int]]] = []
+
+    def apply(self, event: ThlEvent) -> None:
+        super().apply(event)
+        if event.seqno == 3 and self.lead.acquired == 1:
+            self.lead.lost.set()
+
+    def rollback(self) -> None:
+        if self.open:
+            self.rolled_back.append(self.open)
+        super().rollback()
+
+
+def test_losing_the_lock_abandons_the_block_and_resumes_from_the_target() -> None:
+    positions = MemoryPositions()
+    target = LosingTarget(positions.lead)
+    records = [_rec(i, i) for i in range(8)]
+    _run(records, lambda t, _: t.stored is not None and t.stored.seqno == 7,
+         target=target, positions=positions)
+    # The block open when the lock went is not committed; after taking the lock again the
+    # runtime starts from the target's position, so every seqno is applied exactly once.
+    assert target.rolled_back and target.rolled_back[0][-1] == (3, 0)
+    assert [s for b in target.blocks for s, _ in b] == list(range(8))
+    assert positions.lead.acquired == 2
+
+
+class ConflictTarget(MemoryTarget):
+    """Another writer moved the stored position: every commit is refused."""
+
+    def commit(self, last: ThlEvent) -> None:
+        raise PositionConflict("trep_commit_seqno moved under this consumer", seqno=last.seqno)
+
+
+def test_a_position_conflict_while_holding_the_lock_is_an_error() -> None:
+    _, control, _ = _run([_rec(0, 0)],
+                              lambda _, c: c.status.get("state") == "OFFLINE:ERROR",
+                              target=ConflictTarget())
+    assert control.status["pendingErrorCode"] == "CONFLICT"
+    assert "moved under this consumer" in control.status["pendingExceptionMessage"]

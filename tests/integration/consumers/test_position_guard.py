@@ -1,0 +1,104 @@
+"""One writer per position: a second applier of the same group on the same target is refused
+before it commits anything (MariaDB and PostgreSQL, the real servers)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from consumers.errors import PositionConflict
+from consumers.sql.applier import SqlApplier
+from replicator.config import ConsumerConfig
+from stack.services.mariadb import MariaDB
+from stack.services.postgresql import PostgreSQL
+from thl_topics.event import ThlEvent
+
+
+def _event(seqno: int) -> ThlEvent:
+    return ThlEvent(seqno=seqno, epoch=0, source_id="src", event_id=f"bin.000001:{seqno};0",
+                    shard_id="db", tstamp=int(time.time() * 1e6), data=[])
+
+
+@pytest.fixture(params=["mariadb", "postgresql"])
+def target(request: pytest.FixtureRequest, mariadb_target: MariaDB,
+           postgresql: PostgreSQL) -> Iterator[tuple[str, str]]:
+    """A SQLAlchemy URL and a fresh tracking schema on it."""
+    schema = f"tungsten_g{uuid.uuid4().hex[:10]}"
+    url = (f"mysql+pymysql://root@127.0.0.1:{mariadb_target.port}/"
+           if request.param == "mariadb"
+           else f"postgresql+psycopg://postgres@127.0.0.1:{postgresql.port}/postgres")
+    yield url, schema
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        q = conn.dialect.identifier_preparer.quote(schema)
+        conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {q}"
+                             + (" CASCADE" if request.param == "postgresql" else "")))
+    engine.dispose()
+
+
+def _applier(url: str, schema: str) -> SqlApplier:
+    applier = SqlApplier(ConsumerConfig(url=url, statements="skip"), schema)
+    applier.connect()
+    return applier
+
+
+def test_second_writer_of_a_position_is_refused(target: tuple[str, str]) -> None:
+    url, schema = target
+    a, b = _applier(url, schema), _applier(url, schema)
+    try:
+        assert a.position() is None and b.position() is None
+        a.begin()
+        a.commit(_event(0))
+        # b read "no position" before a wrote one.
+        with pytest.raises(PositionConflict, match="expected stored seqno none, found 0"):
+            b.begin()
+        pos = b.position()
+        assert pos is not None and pos.seqno == 0
+        b.begin()
+        b.commit(_event(1))
+        with pytest.raises(PositionConflict, match="expected stored seqno 0, found 1"):
+            a.begin()
+        pos = a.position()
+        assert pos is not None and pos.seqno == 1
+    finally:
+        a.close()
+        b.close()
+
+
+def test_concurrent_writers_serialize_on_the_position_row(target: tuple[str, str]) -> None:
+    url, schema = target
+    a, b = _applier(url, schema), _applier(url, schema)
+    try:
+        a.position()
+        a.begin()
+        a.commit(_event(5))
+        assert b.position() is not None
+        a.position()
+        a.begin()  # holds the position row
+        outcome: list[BaseException | None] = []
+
+        def second() -> None:
+            try:
+                b.begin()  # waits for a's block, then sees the position it wrote
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=second)
+        thread.start()
+        time.sleep(1.0)
+        assert not outcome, "the second writer did not wait for the first"
+        a.commit(_event(6))
+        thread.join(30)
+        assert len(outcome) == 1 and isinstance(outcome[0], PositionConflict), outcome
+        assert "expected stored seqno 5, found 6" in str(outcome[0])
+        pos = a.position()
+        assert pos is not None and pos.seqno == 6
+    finally:
+        a.close()
+        b.close()
