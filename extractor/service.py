@@ -126,10 +126,9 @@ class Extractor:
                     return
                 except LeaderLost as exc:
                     self.leadership_losses += 1
+                    # No status from here: the status node belongs to the new leader.
                     log.warning("extractor %s: %s; waiting to lead again",
                                 self.identity, exc)
-                    self.status.pendingExceptionMessage = f"standby: {exc}"
-                    self._publish(State.SYNCHRONIZING)
                 finally:
                     lead.release()
         finally:
