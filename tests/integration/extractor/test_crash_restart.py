@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 
@@ -32,6 +33,18 @@ def _check_thl(svc: ServiceUnderTest, committed: int) -> list[int]:
     return epochs
 
 
+def _check_thl_and_stop(svc: ServiceUnderTest, committed: int,
+                        proc: subprocess.Popen[bytes]) -> list[int]:
+    """``_check_thl``, then SIGTERM: the extractor must stop cleanly."""
+    try:
+        epochs = _check_thl(svc, committed)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    assert proc.returncode == 0, svc.log_path.read_text()[-3000:]
+    return epochs
+
+
 def test_sigkill_at_random_points(make_service: Callable[..., ServiceUnderTest]) -> None:
     svc = make_service(batch_ms=20)
     _short_session(svc)
@@ -52,13 +65,8 @@ def test_sigkill_at_random_points(make_service: Callable[..., ServiceUnderTest])
             svc.wait_streaming(after=last, proc=proc)
     finally:
         committed = workload.stop()
-    try:
-        epochs = _check_thl(svc, committed)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
+    epochs = _check_thl_and_stop(svc, committed, proc)
     assert len(set(epochs)) == incarnations, "the epoch did not change at every restart"
-    assert proc.returncode == 0
 
 
 def test_standby_takes_over_without_gap_or_duplicate(
@@ -79,11 +87,7 @@ def test_standby_takes_over_without_gap_or_duplicate(
         svc.wait_streaming(after=before + 5, proc=standby)
     finally:
         committed = workload.stop()
-    try:
-        epochs = _check_thl(svc, committed)
-    finally:
-        standby.send_signal(signal.SIGTERM)
-        standby.wait(60)
+    epochs = _check_thl_and_stop(svc, committed, standby)
     assert len(set(epochs)) == 2
     assert "leader of service" in svc.log_path.read_text()
 
@@ -112,12 +116,7 @@ def test_paused_leader_loses_its_session_and_leads_again(
         svc.wait_streaming(after=before + 5, proc=proc)
     finally:
         committed = workload.stop()
-    try:
-        epochs = _check_thl(svc, committed)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
-    assert proc.returncode == 0, svc.log_path.read_text()[-3000:]
+    epochs = _check_thl_and_stop(svc, committed, proc)
     assert len(set(epochs)) == 2, "the extractor went on without its lock"
     assert "waiting to lead again" in svc.log_path.read_text()
 
@@ -146,12 +145,7 @@ def test_paused_leader_replaced_by_standby_becomes_standby(
         svc.wait_streaming(after=svc.tail_seqno() + 5, proc=first)
     finally:
         committed = workload.stop()
-    try:
-        epochs = _check_thl(svc, committed)
-    finally:
-        first.send_signal(signal.SIGTERM)
-        first.wait(60)
-    assert first.returncode == 0, svc.log_path.read_text()[-3000:]
+    epochs = _check_thl_and_stop(svc, committed, first)
     assert len(set(epochs)) == 3, "each leadership must start a new epoch"
     assert "waiting to lead again" in svc.log_path.read_text()
 
