@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import textwrap
 import uuid
+from collections.abc import Callable
 
 from confluent_kafka.admin import AdminClient
 
@@ -32,6 +33,18 @@ logger.request.level = WARN
 logger.controller.name = org.apache.kafka.controller
 logger.controller.level = WARN
 """
+
+
+def new_cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:
+    """A Kafka cluster id: 16 random bytes in unpadded URL-safe base64.
+
+    Like Kafka's own Uuid.randomUuid, never one that starts with '-': the storage tool's
+    argument parser would take it for an option (one fresh run directory in 64 failed so).
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(random_bytes()).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 class Kafka(TcpService):
@@ -102,10 +115,8 @@ class Kafka(TcpService):
     def launch(self) -> None:
         props = self._write_config()
         if not (self.dir / "data" / "meta.properties").exists():
-            # Kafka's cluster ids are 16 random bytes in unpadded URL-safe base64.
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             process.run(self.name, self._java("kafka.tools.StorageTool", "format",
-                                              "-t", cluster_id, "-c", props,
+                                              "-t", new_cluster_id(), "-c", props,
                                               "--ignore-formatted"),
                         log=self.log, env={"JAVA_HOME": str(JAVA_HOME)})
         process.spawn(self.name, self._java("kafka.Kafka", props), log=self.log,

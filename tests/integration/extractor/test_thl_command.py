@@ -7,6 +7,7 @@ import json
 from click.testing import CliRunner
 
 from replicator.cli.thl import cli
+from stack.service import Service
 
 from .conftest import ServiceUnderTest
 
@@ -45,7 +46,8 @@ def test_thl_list_info_index(running: ServiceUnderTest) -> None:
     assert [int(seqno) for _, seqno in rows] == sorted(int(seqno) for _, seqno in rows)
 
 
-def test_thl_on_a_missing_topic_says_so() -> None:
-    result = CliRunner().invoke(cli, ["-service", "nosuchservice", "list", "-last", "1"])
+def test_thl_on_a_missing_topic_says_so(kafka: Service) -> None:
+    result = CliRunner().invoke(cli, ["-service", "nosuchservice", "-bootstrap",
+                                      f"127.0.0.1:{kafka.port}", "list", "-last", "1"])
     assert result.exit_code != 0
     assert "THL topic thl.nosuchservice does not exist" in str(result.exception) + result.output
