@@ -22,7 +22,8 @@ _FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PR
 
 
 class ProducerFenced(ThlError):
-    """Another extractor of this service took over: this one must stop writing."""
+    """Another extractor of this service took over (or the producer is otherwise fatal):
+    this one must stop writing."""
 
 
 class ThlProducer:
@@ -58,11 +59,7 @@ class ThlProducer:
             raise self._error(exc.args[0]) from exc
 
     def _error(self, err: KafkaError) -> ThlError:
-        if err.code() in _FENCED:
-            return ProducerFenced(f"{self.topic}: producer fenced by a newer extractor: "
-                                  f"{err.str()}")
-        kind = ThlUnavailable if is_passing(err) else ThlError
-        return kind(f"{self.topic}: {err.str()}")
+        return producer_error(self.topic, err)
 
     def _delivered(self, err: KafkaError | None, _msg: object) -> None:
         # Records purged by an abort report an error too; they were meant to vanish.
@@ -122,3 +119,16 @@ class ThlProducer:
 
     def close(self) -> None:
         self._producer.flush(self.timeout)
+
+
+def producer_error(topic: str, err: KafkaError) -> ThlError:
+    """The THL error for a Kafka error of the transactional producer."""
+    if err.code() in _FENCED:
+        return ProducerFenced(f"{topic}: producer fenced by a newer extractor: {err.str()}")
+    if err.code() == KafkaError._FATAL or err.fatal():
+        # Once the producer is fatal (fenced, most often, reported by a background
+        # delivery), produce() only says "Local: Fatal error": it can never write again.
+        return ProducerFenced(f"{topic}: the transactional producer is in a fatal state "
+                              f"(fenced by a newer extractor?): {err.str()}")
+    kind = ThlUnavailable if is_passing(err) else ThlError
+    return kind(f"{topic}: {err.str()}")

@@ -31,6 +31,8 @@ from thl_topics.errors import ThlTopicMissing
 from thl_topics.event import RowChange
 from thl_topics.reader import ThlReader
 
+from ..processes import kill_leftovers
+
 
 class Replication:
     """One service: its own schema on every server, THL topic, tracking schema and znodes."""
@@ -42,6 +44,7 @@ class Replication:
         self.source, self.target, self.pg = source, target, pg
         self.config_path = tmp_path / f"{self.name}.yml"
         self.log_path = tmp_path / f"{self.name}.log"
+        self.procs: list[subprocess.Popen[bytes]] = []
         common = {"block_commit_ms": 100, **consumer}
         self.config_path.write_text(yaml.safe_dump({
             "service": self.name,
@@ -153,9 +156,11 @@ class Replication:
         """``trep-run`` in its own process (for kill tests), logging to ``log_path``."""
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
         with self.log_path.open("ab") as log:
-            return subprocess.Popen([sys.executable, "-m", "replicator.runner", "-c",
+            proc = subprocess.Popen([sys.executable, "-m", "replicator.runner", "-c",
                                      str(self.config_path), *args], stdout=log, stderr=log,
                                     env=env, cwd=REPO_ROOT)
+        self.procs.append(proc)
+        return proc
 
     def trepctl(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
@@ -225,6 +230,7 @@ class Replication:
 
     def cleanup(self) -> None:
         try:
+            kill_leftovers(self.procs)
             self.stop()
         finally:
             for stmt in (f"DROP DATABASE IF EXISTS {self.schema}",

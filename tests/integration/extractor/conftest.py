@@ -25,6 +25,8 @@ from thl_topics.errors import ThlTopicMissing
 from thl_topics.event import ThlEvent
 from thl_topics.reader import ThlReader
 
+from ..processes import kill_leftovers
+
 
 class ServiceUnderTest:
     """One replicator service (its own THL topic, tracking schema and znodes) and a schema."""
@@ -49,6 +51,7 @@ class ServiceUnderTest:
         self.sql(f"CREATE DATABASE {self.schema}",
                  f"CREATE TABLE {self.schema}.ready (n INT AUTO_INCREMENT PRIMARY KEY)")
         self.log_path = tmp_path / f"{self.name}.log"
+        self.procs: list[subprocess.Popen[bytes]] = []
 
     def sql(self, *statements: str, params: Any = None) -> list[tuple[Any, ...]]:
         """Run statements on the source in one transaction; ``params`` bind the last one."""
@@ -146,11 +149,16 @@ class ServiceUnderTest:
         """An extractor in its own process (for kill tests), logging to ``log_path``."""
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
         with self.log_path.open("ab") as log:
-            return subprocess.Popen([sys.executable, "-m", "extractor", "-c",
+            proc = subprocess.Popen([sys.executable, "-m", "extractor", "-c",
                                      str(self.config_path)], stdout=log, stderr=log,
                                     env=env, cwd=REPO_ROOT)
+        self.procs.append(proc)
+        return proc
 
     def cleanup(self) -> None:
+        # A test that failed half-way may leave extractors running: never let one see its
+        # schemas dropped under it (or outlive the test).
+        kill_leftovers(self.procs)
         self.sql(f"DROP DATABASE IF EXISTS {self.schema}",
                  f"DROP DATABASE IF EXISTS {self.cfg.tracking_schema}")
 

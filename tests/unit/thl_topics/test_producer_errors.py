@@ -1,0 +1,29 @@
+"""Kafka errors of the transactional producer, as the extractor must see them."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError
+
+from thl_topics.errors import ThlError, ThlUnavailable
+from thl_topics.producer import ProducerFenced, producer_error
+
+
+@pytest.mark.parametrize("err", [
+    KafkaError(KafkaError._FENCED),
+    KafkaError(KafkaError.PRODUCER_FENCED),
+    KafkaError(KafkaError.INVALID_PRODUCER_EPOCH),
+    # What produce() raises once a background delivery made the producer fatal.
+    KafkaError(KafkaError._FATAL, "Unable to produce message: Local: Fatal error"),
+    KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, fatal=True),
+])
+def test_fenced_or_fatal_producers_can_never_write_again(err: KafkaError) -> None:
+    mapped = producer_error("thl.s", err)
+    assert isinstance(mapped, ProducerFenced)
+    assert str(mapped).startswith("thl.s: ")
+
+
+def test_a_broker_away_is_unavailable_and_a_refusal_is_an_error() -> None:
+    assert type(producer_error("thl.s", KafkaError(KafkaError._TRANSPORT))) is ThlUnavailable
+    refused = producer_error("thl.s", KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+    assert type(refused) is ThlError
