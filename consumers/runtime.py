@@ -186,6 +186,10 @@ class ConsumerRuntime:
 
     def _lead(self) -> None:
         self.control.mark_alive(self.status.host)
+        # A new lead starts clean, as a restarted process would: an error from an earlier
+        # lead may have been dealt with by whoever held the lock meanwhile.
+        self._error_request = None
+        self.status.clear_error()
         self._set_state(State.OFFLINE)
         while not self._stop.is_set():
             self._check_lead()

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from consumers.errors import PositionConflict
+from consumers.errors import DataError, PositionConflict
 from consumers.runtime import ConsumerRuntime, FeedSettings
 from replicator.config import ConsumerConfig
 from replicator.control import Desired
@@ -273,3 +273,31 @@ def test_a_position_conflict_while_holding_the_lock_is_an_error() -> None:
                               target=ConflictTarget())
     assert control.status["pendingErrorCode"] == "CONFLICT"
     assert "moved under this consumer" in control.status["pendingExceptionMessage"]
+
+
+class FailingOnceTarget(MemoryTarget):
+    """Refuses seqno 2 in its block and again alone, then takes it (fixed by hand)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refusals = 2
+
+    def apply(self, event: ThlEvent) -> None:
+        if event.seqno == 2 and self.refusals:
+            self.refusals -= 1
+            raise DataError("refused", seqno=2)
+        super().apply(event)
+
+
+def test_a_new_lead_starts_clean_after_an_error_of_the_previous_one() -> None:
+    positions = MemoryPositions()
+
+    def until(target: MemoryTarget, control: MemoryControl) -> bool:
+        if control.status.get("state") == "OFFLINE:ERROR" and positions.lead.acquired == 1:
+            positions.lead.lost.set()  # the lock goes while the group sits in ERROR
+        return target.stored is not None and target.stored.seqno == 4
+
+    target, _, _ = _run([_rec(i, i) for i in range(5)], until, target=FailingOnceTarget(),
+                        positions=positions)
+    assert positions.lead.acquired == 2
+    assert [s for b in target.blocks for s, _ in b] == [0, 1, 2, 3, 4]
