@@ -47,7 +47,7 @@ from consumers.metrics import ConsumerMetrics
 from replicator.config import ConsumerConfig
 from replicator.control import ComponentNodes, Desired, Wakeup
 from replicator.state import State, Status
-from replicator.zk import Leadership, ServiceNodes, ZkPosition
+from replicator.zk import ServiceNodes, ZkPosition
 from thl_topics.event import ThlEvent
 from thl_topics.reader import ThlRecord
 
@@ -78,9 +78,7 @@ class ConsumerRuntime:
     def __init__(self, name: str, cfg: ConsumerConfig, feed: FeedSettings, applier: Applier,
                  control: ComponentNodes, positions: ServiceNodes,
                  metrics: ConsumerMetrics | None = None,
-                 feed_factory: Callable[[FeedSettings], ThlFeed] | None = None,
-                 forget_offsets: Callable[[FeedSettings], None] | None = None,
-                 lead: Leadership | None = None) -> None:
+                 feed_factory: Callable[[FeedSettings], ThlFeed] | None = None) -> None:
         self.name = name
         self.cfg = cfg
         self.feed_settings = feed
@@ -90,15 +88,11 @@ class ConsumerRuntime:
         self.metrics = metrics or ConsumerMetrics.disabled()
         self._feed_factory = feed_factory or (
             lambda f: ThlFeed(f.bootstrap, f.topic, f.group_id))
-        self._forget_offsets = forget_offsets or (
-            lambda f: forget_group_offsets(f.bootstrap, f.group_id))
         self.status = Status(serviceName=feed.service, role=f"consumer:{name}",
                              host=socket.gethostname())
         #: One process applies a group at a time; others wait as standby.
-        self.lead = lead or positions.leadership(
-            f"consumers/{name}", f"{self.status.host}:{os.getpid()}")
-        #: Times this process lost the group's lock while applying.
-        self.lead_losses = 0
+        self.lead = positions.leadership(f"consumers/{name}",
+                                         f"{self.status.host}:{os.getpid()}")
         self._stop = threading.Event()
         self._wakeup = Wakeup()
         self._desired = Desired(state="ONLINE" if cfg.auto_online else "OFFLINE")
@@ -176,7 +170,6 @@ class ConsumerRuntime:
                 try:
                     self._lead()
                 except _LeadLost as exc:
-                    self.lead_losses += 1
                     self.metrics.error("lock_lost")
                     log.warning("%s: %s; waiting for the group's lock again", self.name, exc)
                 finally:
@@ -274,7 +267,7 @@ class ConsumerRuntime:
             return
         self.positions.write_position(f"consumers/{self.name}", ZkPosition(-1, -1, ""))
         try:
-            self._forget_offsets(self.feed_settings)
+            forget_group_offsets(self.feed_settings.bootstrap, self.feed_settings.group_id)
         except TransientError as exc:
             # Informational only (the target holds the position): the next commit after
             # `online` overwrites it anyway.

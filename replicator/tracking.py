@@ -145,9 +145,6 @@ class CommitSeqnoTable:
         t = self.table
         values = pos.row()
         if expected is None:
-            if conn.execute(sa.select(t.c.seqno).where(t.c.task_id == pos.task_id)
-                            ).first() is not None:
-                raise PositionMoved(expected, self._stored(conn, pos.task_id))
             try:
                 conn.execute(sa.insert(t).values(values))
             except sa_exc.IntegrityError as exc:

@@ -92,10 +92,10 @@ class SqlApplier:
         self._session_defaults: dict[str, Any] = {}
         #: The first seqno after a (re)connect may replay a DDL that already ran.
         self._replaying = False
-        #: The seqno stored on the target as this applier last read or wrote it; a block
-        #: commits only if the target still holds it (one writer per position).
+        #: The seqno stored on the target as this applier last read (position), cleared
+        #: (reset) or wrote (commit) it; a block commits only if the target still holds it,
+        #: so there is one writer per position. The runtime reads it before any block.
         self._expected: int | None = None
-        self._expected_known = False
 
     @property
     def _db(self) -> sa.Connection:
@@ -141,7 +141,7 @@ class SqlApplier:
                 pos = self.tracking.read(conn)
         except sa_exc.DBAPIError as exc:
             raise self._classify(exc, "reading trep_commit_seqno") from exc
-        self._expected, self._expected_known = (pos.seqno if pos else None), True
+        self._expected = pos.seqno if pos else None
         return pos
 
     def reset(self) -> None:
@@ -150,7 +150,7 @@ class SqlApplier:
                 conn.execute(sa.delete(self.tracking.table))
         except sa_exc.DBAPIError as exc:
             raise self._classify(exc, "clearing trep_commit_seqno") from exc
-        self._expected, self._expected_known = None, True
+        self._expected = None
 
     def close(self) -> None:
         self.rollback()
@@ -182,9 +182,7 @@ class SqlApplier:
         except sa_exc.DBAPIError as exc:
             self.rollback()
             raise self._classify(exc, "opening a transaction") from exc
-        if not self._expected_known:
-            self._expected, self._expected_known = stored, True
-        elif stored != self._expected:
+        if stored != self._expected:
             self.rollback()
             raise self._conflict(PositionMoved(self._expected, stored))
 
