@@ -52,12 +52,13 @@ class ThlFeed:
             except (KafkaException, RuntimeError) as exc:
                 log.debug("closing the THL feed: %s", exc)
 
-    def record_at(self, seqno: int) -> ThlRecord | None:
-        """The first record of ``seqno`` (None if the THL does not hold it yet)."""
+    def record_at(self, seqno: int, fragno: int = 0) -> ThlRecord | None:
+        """The first record at or after fragment ``fragno`` of ``seqno`` (None if the THL
+        does not reach that far yet)."""
         try:
-            offset = self._reader.offset_of(seqno)
+            offset = self._reader.offset_of(seqno, fragno)
             for rec in self._reader.records(offset, offset + 1):
-                return rec if rec.seqno == seqno else None
+                return rec
             return None
         except ThlTopicMissing as exc:
             raise TransientError(str(exc)) from exc

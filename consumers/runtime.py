@@ -340,7 +340,9 @@ class ConsumerRuntime:
         self.status.appliedLastEpoch = stored.epoch
         rec: ThlRecord | None = None
         while rec is None:
-            rec = feed.record_at(stored.seqno)
+            # The position names the seqno's last fragment: each fragment has its own
+            # event id, so compare with that one, not with fragment 0.
+            rec = feed.record_at(stored.seqno, stored.fragno)
             if rec is None:
                 self.status.pendingExceptionMessage = (
                     f"waiting for the THL to reach seqno {stored.seqno}")
@@ -349,17 +351,25 @@ class ConsumerRuntime:
                 if not self._wants_online():
                     raise _GoOffline
                 self._wakeup.wait(0.5)
-        if rec.event is None:
+        same = (rec.seqno, rec.fragno) == (stored.seqno, stored.fragno)
+        if same and rec.event is None:
             raise TerminalError(f"THL record of seqno {stored.seqno} cannot be read: "
                                 f"{rec.error}", seqno=stored.seqno)
-        server = rec.event
-        if server.epoch != stored.epoch or server.event_id != stored.eventid:
+        server = rec.event if same else None
+        if server is None or server.epoch != stored.epoch \
+                or server.event_id != stored.eventid:
+            # No such fragment, or another epoch or event id there: another log.
+            found = (f"server epoch number={server.epoch} client epoch number={stored.epoch} "
+                     f"(server event id {server.event_id}, client event id {stored.eventid})"
+                     if server is not None else
+                     f"server has no fragment {stored.fragno} of seqno {stored.seqno} (next "
+                     f"record: seqno {rec.seqno} fragment {rec.fragno}) client epoch "
+                     f"number={stored.epoch}")
             raise EpochMismatch(
                 "Client handshake failure: Client response validation failed: Log epoch "
                 f"numbers do not match: client source ID={stored.source_id} "
-                f"seqno={stored.seqno} server epoch number={server.epoch} client epoch "
-                f"number={stored.epoch} (server event id {server.event_id}, client event id "
-                f"{stored.eventid}). The THL topic {self.feed_settings.topic} is not the log "
+                f"seqno={stored.seqno} {found}. The THL topic {self.feed_settings.topic} "
+                "is not the log "
                 "this target was applied from; compare the THL and the target, then "
                 "`trepctl reset` and `online --from-seqno N`.",
                 seqno=stored.seqno, event_id=stored.eventid)

@@ -85,8 +85,9 @@ class ThlReader:
             kind = ThlUnavailable if is_passing(err) else ThlError
             raise kind(f"{self.topic}: read failed at offset {offset}: {err}")
 
-    def offset_of(self, seqno: int) -> int:
-        """The offset of the first record with a seqno >= ``seqno`` (the high watermark if none).
+    def offset_of(self, seqno: int, fragno: int = 0) -> int:
+        """The offset of the first record at or after fragment ``fragno`` of ``seqno`` (the
+        high watermark if none).
 
         A binary search over offsets: the partition's offsets grow with seqno, and probing an
         offset returns the next record kept, so compaction gaps and transaction markers are
@@ -99,8 +100,7 @@ class ThlReader:
             if msg is None or _offset(msg) >= hi:
                 hi = mid
                 continue
-            found, _ = parse_key(msg.key() or b"")
-            if found >= seqno:
+            if parse_key(msg.key() or b"") >= (seqno, fragno):
                 hi = mid
             else:
                 lo = _offset(msg) + 1

@@ -267,8 +267,10 @@ class SqlApplier:
                                 if self.statements_mode != "apply" else
                                 f"table {schema}.{table} does not exist on {self.target}"
                                 ) from None
-            found = TargetTable(schema, table, {self._column_name(c["name"]): c["type"]
-                                                for c in columns})
+            found = TargetTable(
+                schema, table, {self._column_name(c["name"]): c["type"] for c in columns},
+                {self._column_name(c["name"]): bool(c["computed"].get("persisted", True))
+                 for c in columns if c.get("computed")})
             self._tables[key] = found
         return found
 

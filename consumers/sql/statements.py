@@ -32,6 +32,9 @@ class TargetTable:
     name: str
     #: Reflected type of each target column, by name.
     types: dict[str, sa.types.TypeEngine[Any]]
+    #: Generated columns of the target, by name: True if stored, False if virtual. The
+    #: target computes them: they are never written, and a virtual one never matched.
+    generated: dict[str, bool] = field(default_factory=dict)
     table: sa.Table = field(init=False)
 
     def __post_init__(self) -> None:
@@ -55,13 +58,15 @@ class RowStatements:
     def insert(self, target: TargetTable, columns: Sequence[ColumnSpec]) -> sa.Insert:
         t = target.table
         return sa.insert(t).values({t.c[c.name]: sa.bindparam(f"v{i}")
-                                    for i, c in enumerate(columns)})
+                                    for i, c in enumerate(columns)
+                                    if c.name not in target.generated})
 
     def update(self, target: TargetTable, columns: Sequence[ColumnSpec],
                keys: Sequence[ColumnSpec]) -> sa.Update:
         t = target.table
         stmt = sa.update(t).values({t.c[c.name]: sa.bindparam(f"v{i}")
-                                    for i, c in enumerate(columns)})
+                                    for i, c in enumerate(columns)
+                                    if c.name not in target.generated})
         return self._one_row(target, stmt, keys)
 
     def delete(self, target: TargetTable, keys: Sequence[ColumnSpec]) -> sa.Delete:
@@ -73,8 +78,9 @@ class RowStatements:
         if pk:
             return stmt.where(*(t.c[c.name] == sa.bindparam(f"k{i}") for i, c in pk))
         # No primary key: match the whole before image, NULL-safe, and touch one row only.
+        # A virtual column's value is the target's to compute: matching on it adds nothing.
         match = sa.and_(*(t.c[c.name].is_not_distinct_from(sa.bindparam(f"k{i}"))
-                          for i, c in enumerate(keys)))
+                          for i, c in enumerate(keys) if target.generated.get(c.name, True)))
         if self.dialect in ("mysql", "mariadb"):
             return stmt.where(match).with_dialect_options(mysql_limit=1)
         rowid = {"postgresql": "ctid", "oracle": "ROWID"}.get(self.dialect)

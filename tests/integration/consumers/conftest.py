@@ -178,6 +178,13 @@ class Replication:
             return -1
         return -1 if tail is None else tail.seqno
 
+    def wait_thl_tail(self, seqno: int, timeout: float = 60) -> None:
+        """Until the THL holds ``seqno``."""
+        deadline = time.monotonic() + timeout
+        while self.thl_tail() < seqno:
+            assert time.monotonic() < deadline, f"seqno {seqno} not in the THL in {timeout} s"
+            time.sleep(0.1)
+
     def status(self, group: str) -> dict[str, Any]:
         nodes = ComponentNodes(self.zk, self.cfg.zookeeper.root, self.name, f"consumers/{group}")
         return nodes.status() or {}

@@ -32,8 +32,8 @@ class MemoryFeed:
         self.at = 0
         self.committed: list[int] = []
 
-    def record_at(self, seqno: int) -> ThlRecord | None:
-        return next((r for r in self.records if r.seqno == seqno), None)
+    def record_at(self, seqno: int, fragno: int = 0) -> ThlRecord | None:
+        return next((r for r in self.records if (r.seqno, r.fragno) >= (seqno, fragno)), None)
 
     def first_seqno(self) -> int | None:
         return self.records[0].seqno if self.records else None
@@ -87,6 +87,7 @@ class MemoryTarget:
     def commit(self, last: ThlEvent) -> None:
         self.blocks.append(self.open)
         self.stored = CommitSeqno(seqno=last.seqno, epoch=last.epoch, eventid=last.event_id,
+                                  fragno=last.fragno,
                                   source_id=last.source_id)
 
     def rollback(self) -> None:
