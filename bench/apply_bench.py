@@ -47,11 +47,12 @@ import yaml
 from confluent_kafka.admin import AdminClient
 from kazoo.exceptions import NoNodeError
 
-from replicator.config import ReplicatorConfig, load_config
+from consumers.sql.config import SqlTarget
 from replicator.tracking import CommitSeqno, CommitSeqnoTable
 from replicator.zk import connect
 from thl_topics.errors import ThlTopicMissing
 from thl_topics.reader import ThlReader
+from trep.config import ServiceConfig, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -101,20 +102,21 @@ def write_config(service: str, schema: str, ports: Ports, blocks: Sequence[int])
     consumers: dict[str, Any] = {}
     for block in blocks:
         consumers[f"mariadb_b{block}"] = {
-            "url": f"mysql+pymysql://root@127.0.0.1:{ports.target}/",
+            "target": {"type": "sql", "url": f"mysql+pymysql://root@127.0.0.1:{ports.target}/"},
             "block_commit_events": block}
         consumers[f"postgresql_b{block}"] = {
-            "url": f"postgresql+psycopg://postgres@127.0.0.1:{ports.pg}/postgres",
-            "block_commit_events": block, "statements": "skip"}
+            "target": {"type": "sql", "statements": "skip",
+                       "url": f"postgresql+psycopg://postgres@127.0.0.1:{ports.pg}/postgres"},
+            "block_commit_events": block}
     path = ROOT / ".run" / f"{service}.yml"
     path.parent.mkdir(exist_ok=True)
     path.write_text(yaml.safe_dump({
         "service": service,
         "kafka": {"bootstrap_servers": BOOTSTRAP},
         "zookeeper": {"hosts": ZOOKEEPER},
+        "source": {"host": "127.0.0.1", "port": ports.source, "user": "root",
+                   "password": ""},
         "extractor": {
-            "source": {"host": "127.0.0.1", "port": ports.source, "user": "root",
-                       "password": ""},
             # Its own replication client id: the source drops the older of two clients that
             # announce the same one (the demo and the extraction benchmark use theirs).
             "server_id": 9000 + int(service[-4:], 16) % 1000,
@@ -125,7 +127,7 @@ def write_config(service: str, schema: str, ports: Ports, blocks: Sequence[int])
     return path
 
 
-def prepare(cfg: ReplicatorConfig, schema: str, ports: Ports) -> None:
+def prepare(cfg: ServiceConfig, schema: str, ports: Ports) -> None:
     """The table on the three servers, and the extractor's start right after the DDL."""
     engine = sa.create_engine(f"mysql+pymysql://root@127.0.0.1:{ports.source}/")
     tracking = CommitSeqnoTable(cfg.tracking_schema)
@@ -156,7 +158,7 @@ def prepare(cfg: ReplicatorConfig, schema: str, ports: Ports) -> None:
         pg.execute(PG_DDL.format(table=f'"{schema}".items').encode())
 
 
-def thl_tail(cfg: ReplicatorConfig) -> tuple[int, str | None]:
+def thl_tail(cfg: ServiceConfig) -> tuple[int, str | None]:
     """Seqno (-1: none yet) and source GTID of the last event in the THL."""
     try:
         with ThlReader(cfg.kafka.bootstrap_servers, cfg.thl_topic) as reader:
@@ -177,7 +179,7 @@ def _gtid_seq(gtid: str) -> tuple[int, int]:
 def start_runner(config: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
     """A ``trep-run`` process for this service, its output in ``log``."""
     with log.open("ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "replicator.runner", "-c", str(config),
+        return subprocess.Popen([sys.executable, "-m", "trep.runner", "-c", str(config),
                                  *args], cwd=ROOT, stdout=out, stderr=out)
 
 
@@ -198,7 +200,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def fill_thl(cfg: ReplicatorConfig, config: Path, schema: str, rows: list[Row], txn_rows: int,
+def fill_thl(cfg: ServiceConfig, config: Path, schema: str, rows: list[Row], txn_rows: int,
              port: int) -> tuple[int, float]:
     """Extract the workload into the THL with the extractor alone; (tail seqno, seconds)."""
     log = ROOT / ".run" / f"{cfg.service}-extractor.log"
@@ -233,9 +235,16 @@ def fill_thl(cfg: ReplicatorConfig, config: Path, schema: str, rows: list[Row], 
         stop_runner(proc)
 
 
-def reset_target(cfg: ReplicatorConfig, group: str, schema: str) -> sa.Engine:
+def _sql(cfg: ServiceConfig, group: str) -> SqlTarget:
+    target = cfg.consumers[group].target
+    if not isinstance(target, SqlTarget):
+        raise TypeError(f"{group} is not a SQL group")
+    return target
+
+
+def reset_target(cfg: ServiceConfig, group: str, schema: str) -> sa.Engine:
     """Empty the target table and clear the stored position; an autocommit engine to poll."""
-    engine = sa.create_engine(cfg.consumers[group].engine_url(), isolation_level="AUTOCOMMIT")
+    engine = sa.create_engine(_sql(cfg, group).engine_url(), isolation_level="AUTOCOMMIT")
     tracking = CommitSeqnoTable(cfg.tracking_schema)
     q = engine.dialect.identifier_preparer.quote
     with engine.begin() as conn:
@@ -245,7 +254,7 @@ def reset_target(cfg: ReplicatorConfig, group: str, schema: str) -> sa.Engine:
     return engine
 
 
-def applied_seqno(engine: sa.Engine, cfg: ReplicatorConfig) -> int:
+def applied_seqno(engine: sa.Engine, cfg: ServiceConfig) -> int:
     """``trep_commit_seqno.seqno`` on the target (-1: nothing committed yet)."""
     table = CommitSeqnoTable(cfg.tracking_schema).table
     with engine.connect() as conn:
@@ -253,7 +262,7 @@ def applied_seqno(engine: sa.Engine, cfg: ReplicatorConfig) -> int:
     return -1 if value is None else int(value)
 
 
-def measure_apply(cfg: ReplicatorConfig, config: Path, group: str, schema: str, tail: int,
+def measure_apply(cfg: ServiceConfig, config: Path, group: str, schema: str, tail: int,
                   rows: int, timeout: float) -> dict[str, Any]:
     """Run one consumer group alone from an empty target to the THL tail, timed."""
     engine = reset_target(cfg, group, schema)
@@ -334,7 +343,7 @@ def bulk_insert_postgresql(port: int, schema: str, rows: list[Row]) -> float:
         return time.monotonic() - started
 
 
-def cleanup(cfg: ReplicatorConfig, config: Path, schema: str, ports: Ports) -> None:
+def cleanup(cfg: ServiceConfig, config: Path, schema: str, ports: Ports) -> None:
     """Remove what the benchmark created: schemas, THL topic, consumer groups, znodes."""
     for port in (ports.source, ports.target):
         conn = _mysql(port, autocommit=True)

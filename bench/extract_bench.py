@@ -121,13 +121,13 @@ def main() -> int:
     config = ROOT / ".run" / f"{service}.yml"
     config.write_text(yaml.safe_dump({
         "service": service,
-        "extractor": {"source": {"port": args.port, "user": "root", "password": ""},
-                      "filters": {"replicate": [f"{schema}.*"]}},
+        "source": {"port": args.port, "user": "root", "password": ""},
+        "extractor": {"filters": {"replicate": [f"{schema}.*"]}},
     }))
     log = ROOT / ".run" / f"{service}.log"
     with log.open("wb") as out:
         started = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "extractor", "-c", str(config)],
+        proc = subprocess.Popen([sys.executable, "-m", "trep.extract", "-c", str(config)],
                                 cwd=ROOT, stdout=out, stderr=out,
                                 env=dict(os.environ, PYTHONPATH=str(ROOT)))
     cpu = peak = 0.0

@@ -1,51 +1,137 @@
 """What the consumer runtime needs from a target: the contract every applier implements.
 
-The runtime owns ordering, fragments, blocks, retries and states; an applier only knows its
-target. A block is opened with ``begin``, receives whole seqnos fragment by fragment through
-``apply``, and is made durable together with its position by ``commit``: the target's own
-store is the source of truth for where this consumer is.
+The runtime owns everything that is the same for every target: the handshake, ordering,
+fragments, blocks, filters, heartbeats, skips, retries and states. An applier only knows its
+target. What it can do is data (``Capabilities``), read by the runtime; nothing outside the
+registry of applier types branches on what kind of target it is.
+
+A block is opened with ``begin``, receives whole seqnos fragment by fragment through
+``apply`` (and heartbeats through ``heartbeat``), and is made durable together with its
+position by ``commit``. The target's own store is the source of truth for where the group
+is: ``position`` reads it back, and ``commit`` writes it as a compare-and-set against the
+position this applier last read or wrote, so a second writer of the same group is refused
+(``PositionConflict``) instead of applying twice.
+
+Failure and resume semantics, for every applier:
+
+- ``commit`` returned: the block's data and its position are durable.
+- Anything raised before ``commit`` returned: the runtime calls ``rollback`` and starts again
+  from ``position()``. A *transactional* applier has then written nothing of the block; a
+  *seqno-guarded* one may have written part of its data, and applying the same seqnos again
+  must leave the target exactly as one application would (every write is guarded by the
+  seqno, so a replay never goes backwards).
+- A crash between the data and the position write (the named crash point
+  ``apply-before-position``) is the same case.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Protocol
 
-from replicator.tracking import CommitSeqno
+from consumers.heartbeat import Heartbeat
+from consumers.position import Position
 from thl_topics.event import ThlEvent
+
+
+class Atomicity(StrEnum):
+    """How an applier keeps a block's data and its position together."""
+
+    #: Data and position commit in one target transaction.
+    TRANSACTIONAL = "transactional"
+    #: No multi-write transaction: every write carries the seqno and an older one never
+    #: overwrites a newer one, so a replayed block converges; the position is written last.
+    SEQNO_GUARDED = "seqno-guarded"
+
+
+class StatementPolicy(StrEnum):
+    """What a target does with statement events (DDL, statement-format DML)."""
+
+    #: Run them (MySQL-family SQL targets); a DDL commits alone, in a block of its own.
+    APPLY = "apply"
+    #: Leave them out (the target creates or evolves its tables from the row changes).
+    SKIP = "skip"
+    #: Stop the group at the statement's seqno (OFFLINE:ERROR).
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class BlockLimits:
+    """When the runtime closes a block: whichever limit comes first, on a seqno boundary."""
+
+    #: THL events (whole seqnos) per block.
+    events: int = 10
+    #: Row changes per block (None: no limit).
+    rows: int | None = None
+    #: Encoded THL bytes per block (None: no limit).
+    bytes: int | None = None
+    #: Milliseconds a block stays open waiting for more events.
+    ms: int = 500
+
+    def override(self, events: int | None = None, rows: int | None = None,
+                 bytes: int | None = None, ms: int | None = None) -> BlockLimits:
+        """These limits with the configured ones in place of the defaults."""
+        return replace(self, **{k: v for k, v in (("events", events), ("rows", rows),
+                                                  ("bytes", bytes), ("ms", ms))
+                                if v is not None})
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an applier can do, as data the runtime reads."""
+
+    atomicity: Atomicity
+    statements: StatementPolicy
+    #: Tables without a primary key are applied (True) or refused with a data error naming
+    #: the table and seqno (False).
+    keyless_tables: bool
+    #: Default block limits; a consumer group's configuration may override each one.
+    block: BlockLimits
+    #: The applier commits the group's Kafka offsets itself (inside its own transaction);
+    #: otherwise the runtime commits them after each block, for lag tools only.
+    owns_offsets: bool = False
 
 
 class Applier(Protocol):
     """One target of one consumer group."""
 
+    #: What this applier can do (read by the runtime).
+    capabilities: Capabilities
     #: Printable target (no secrets), for errors and status.
     target: str
 
     def connect(self) -> None:
         """Open the target and create the tracking store if missing (TransientError if down)."""
 
-    def position(self) -> CommitSeqno | None:
-        """The last seqno committed on the target, or None if it never applied anything."""
+    def position(self) -> Position | None:
+        """The last position committed on the target, or None if it never applied anything.
 
-    def isolates(self, event: ThlEvent) -> bool:
-        """True if ``event`` must be applied alone in its block (e.g. DDL with implicit commit)."""
+        Also what the next ``commit`` compares with: the position it expects to replace.
+        """
 
     def begin(self) -> None:
-        """Open a block (a target transaction)."""
+        """Open a block."""
 
     def apply(self, event: ThlEvent) -> None:
-        """Apply one fragment inside the open block (DataError if the target refuses it)."""
+        """Apply one fragment inside the open block (DataError if the target refuses it).
 
-    def skip(self, event: ThlEvent) -> None:
-        """An operator skipped this seqno: do not apply its data, only move past it."""
+        The event holds only what this target gets: the group's filters ran, heartbeat rows
+        went to ``heartbeat``, and statements only arrive when the policy is ``apply``.
+        """
 
-    def commit(self, last: ThlEvent) -> None:
-        """Write ``last`` as the position in the same transaction, then commit the block."""
+    def heartbeat(self, beat: Heartbeat) -> None:
+        """Record a heartbeat (with this target's arrival time and lag) in the open block."""
+
+    def commit(self, position: Position) -> None:
+        """Write ``position`` (compare-and-set) with the block's data, durably; then the block
+        is closed. PositionConflict if the stored position is not the one expected."""
 
     def rollback(self) -> None:
         """Abandon the open block, if any; must not raise."""
 
     def reset(self) -> None:
-        """Forget the stored position (``trepctl reset``)."""
+        """Forget the stored position (``trepctl reset``, ``online --from-seqno``)."""
 
     def close(self) -> None:
         """Release the target; must not raise."""

@@ -1,34 +1,30 @@
-"""Build a consumer group's runtime from the service configuration."""
+"""Build a consumer group's runtime: its applier (from the registry), feed and control nodes."""
 
 from __future__ import annotations
 
 from kazoo.client import KazooClient
 from prometheus_client import CollectorRegistry
 
-from consumers.applier import Applier
+from consumers.config import GroupConfig
 from consumers.metrics import ConsumerMetrics
+from consumers.registry import ApplierContext, build_applier
 from consumers.runtime import ConsumerRuntime, FeedSettings
-from consumers.sql.applier import SqlApplier
-from replicator.config import ConsumerConfig, ReplicatorConfig
+from replicator.config import ServiceSettings
 from replicator.control import ComponentNodes
-from replicator.zk import ServiceNodes
+from replicator.zk import ServiceNodes, ZkHealth
 
 
-def build_applier(cfg: ReplicatorConfig, consumer: ConsumerConfig) -> Applier:
-    """The applier of one consumer's target type."""
-    if consumer.type == "sql":
-        return SqlApplier(consumer, cfg.tracking_schema)
-    raise ValueError(f"unknown consumer type {consumer.type!r}")
-
-
-def build_runtime(cfg: ReplicatorConfig, name: str, zk: KazooClient,
-                  registry: CollectorRegistry | None = None) -> ConsumerRuntime:
-    """The runtime of consumer group ``name`` of ``cfg``."""
-    consumer = cfg.consumers[name]
-    feed = FeedSettings(cfg.kafka.bootstrap_servers, cfg.thl_topic, cfg.group_id(name),
-                        cfg.service)
-    metrics = ConsumerMetrics(registry, cfg.service, name) if registry is not None else None
+def build_runtime(service: ServiceSettings, name: str, group: GroupConfig, zk: KazooClient,
+                  registry: CollectorRegistry | None = None,
+                  zk_health: ZkHealth | None = None) -> ConsumerRuntime:
+    """The runtime of consumer group ``name`` of ``service``."""
+    feed = FeedSettings(service.kafka.client(), service.thl_topic, service.group_id(name),
+                        service.service, service.tracking_schema)
+    metrics = ConsumerMetrics(registry, service.service, name) if registry is not None \
+        else None
+    applier = build_applier(group.target, ApplierContext(service, name))
     return ConsumerRuntime(
-        name, consumer, feed, build_applier(cfg, consumer),
-        ComponentNodes(zk, cfg.zookeeper.root, cfg.service, f"consumers/{name}"),
-        ServiceNodes(zk, cfg.zookeeper.root, cfg.service), metrics)
+        name, group, feed, applier,
+        ComponentNodes(zk, service.zookeeper.root, service.service, f"consumers/{name}"),
+        ServiceNodes(zk, service.zookeeper.root, service.service), metrics,
+        zk_health=zk_health)

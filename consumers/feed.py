@@ -7,13 +7,15 @@ never comes from Kafka's committed offset but from the target (see consumers.run
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from consumers.errors import TransientError
 from thl_topics.errors import ThlError, ThlTopicMissing
-from thl_topics.reader import ThlReader, ThlRecord
+from thl_topics.reader import ThlReader, ThlRecord, client_settings
 
 log = logging.getLogger(__name__)
 
@@ -26,13 +28,12 @@ _LOG_CHANGED = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
 class ThlFeed:
     """Partition 0 of the THL topic for one consumer group, ``read_committed``."""
 
-    def __init__(self, bootstrap: str, topic: str, group_id: str) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, kafka: str | Mapping[str, Any], topic: str, group_id: str) -> None:
         self.topic = topic
         self.group_id = group_id
-        self._reader = ThlReader(bootstrap, topic)
+        self._reader = ThlReader(kafka, topic)
         self._consumer = Consumer({
-            "bootstrap.servers": bootstrap,
+            **client_settings(kafka),
             "group.id": group_id,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
@@ -109,13 +110,14 @@ class ThlFeed:
             log.warning("group %s: offset commit failed: %s", self.group_id, exc)
 
 
-def forget_group_offsets(bootstrap: str, group_id: str, timeout: float = 30.0) -> None:
+def forget_group_offsets(kafka: str | Mapping[str, Any], group_id: str,
+                         timeout: float = 30.0) -> None:
     """Delete the group's committed offsets, so lag tools stop showing a cleared position.
 
     The feed reads with ``assign()``, so the group never has members and Kafka lets it be
     deleted whenever its runtime is not streaming. A group Kafka does not know is fine.
     """
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(client_settings(kafka))
     future = admin.delete_consumer_groups([group_id], request_timeout=timeout)[group_id]
     try:
         future.result(timeout)

@@ -71,7 +71,8 @@ class ConsumerMetrics:
         self._f.rows.labels(*self._values).inc(
             sum(item.row_count for item in event.data if isinstance(item, RowChange)))
 
-    def applied(self, block: list[ThlEvent], latency: float) -> None:
-        self._f.events.labels(*self._values).inc(len(block))
-        self._f.seqno.labels(*self._values).set(block[-1].seqno)
+    def applied(self, events: int, last_seqno: int, latency: float) -> None:
+        """A block of ``events`` seqnos committed, up to ``last_seqno``."""
+        self._f.events.labels(*self._values).inc(events)
+        self._f.seqno.labels(*self._values).set(last_seqno)
         self._f.latency.labels(*self._values).set(latency)

@@ -2,15 +2,24 @@
 
 One runtime drives one consumer group. Its loop:
 
-1. Wait until the desired state (ZooKeeper, written by ``trepctl``) is ONLINE.
+1. Wait for the group's ZooKeeper lock (another process may apply the group: standby), then
+   until the desired state (ZooKeeper, written by ``trepctl``) is ONLINE.
 2. GOING-ONLINE:SYNCHRONIZING: connect the target, read its stored position, wait until the
-   THL holds that seqno and check that the THL's event there has the stored epoch and event
-   id (the epoch handshake), then seek to the next seqno with a binary search.
-3. ONLINE: stream records; fragments of a seqno go into one target transaction; up to
-   ``block_commit_events`` seqnos (or ``block_commit_ms``) share a transaction, which also
-   writes the position. After the commit: ZooKeeper mirror, Kafka offset commit, status.
-4. Transient failures (target or broker down) retry with backoff from the stored position;
-   data and log failures go to OFFLINE:ERROR at their seqno until an operator acts.
+   THL holds that seqno's last fragment and check that it has the stored epoch and event id
+   (the epoch handshake), then seek to the next seqno with a binary search.
+3. ONLINE: stream records. The runtime prepares each fragment for the target: the group's
+   filters run, heartbeat rows become ``Heartbeat`` records, statements follow the applier's
+   policy, keyless tables are refused where the applier cannot address their rows. Fragments
+   of a seqno go into one block; a block closes at the applier's limits (events, rows, bytes,
+   milliseconds; the group may override them) and commits with its position. After the
+   commit: ZooKeeper mirror, Kafka offset commit, status.
+4. Transient failures (target, broker or ZooKeeper down) retry with backoff from the stored
+   position; data and log failures go to OFFLINE:ERROR at their seqno until an operator acts.
+
+ZooKeeper is the control plane, never the position of record: while it is away the group
+goes on applying (the target holds the position), mirrors and statuses are sent again when it
+is back, and only the lock matters: a process whose ZooKeeper session expired stops at the
+next seqno boundary and waits for the lock again.
 """
 
 from __future__ import annotations
@@ -21,8 +30,10 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
+from kazoo.exceptions import KazooException
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -32,7 +43,8 @@ from tenacity import (
     wait_exponential,
 )
 
-from consumers.applier import Applier
+from consumers.applier import Applier, BlockLimits, StatementPolicy
+from consumers.config import GroupConfig
 from consumers.errors import (
     ConsumerError,
     DataError,
@@ -43,25 +55,34 @@ from consumers.errors import (
     TransientError,
 )
 from consumers.feed import ThlFeed, forget_group_offsets
+from consumers.heartbeat import HEARTBEAT_TABLE, Heartbeat, heartbeats
 from consumers.metrics import ConsumerMetrics
-from replicator.config import ConsumerConfig
+from consumers.position import Position
+from replicator import crashpoints
 from replicator.control import ComponentNodes, Desired, Wakeup
+from replicator.filters import ReplicateFilter
+from replicator.sql_names import is_transactional
 from replicator.state import State, Status
-from replicator.zk import ServiceNodes, ZkPosition
-from thl_topics.event import ThlEvent
+from replicator.zk import ServiceNodes, ZkHealth, ZkPosition
+from thl_topics.event import DataItem, RowChange, Statement, ThlEvent
 from thl_topics.reader import ThlRecord
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
 class FeedSettings:
     """Where the THL is and who reads it."""
 
-    bootstrap: str
+    #: librdkafka settings of the cluster (bootstrap servers, security).
+    kafka: dict[str, Any]
     topic: str
     group_id: str
     service: str
+    #: ``tungsten_<service>``: rows of this schema are the replicator's, not data.
+    tracking_schema: str = field(default="")
 
 
 class _GoOffline(Exception):
@@ -72,22 +93,51 @@ class _LeadLost(Exception):
     """This process no longer holds the group's lock: another one may be applying."""
 
 
+class _Progressed(Exception):
+    """A session committed blocks, then failed transiently: retry as a new outage."""
+
+    def __init__(self, cause: TransientError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+@dataclass
+class _Block:
+    """The open block: positions of its whole seqnos, and what counts against its limits."""
+
+    positions: list[Position] = field(default_factory=list)
+    opened: float = 0.0
+    rows: int = 0
+    bytes: int = 0
+    skipped: list[int] = field(default_factory=list)
+
+    def full(self, limits: BlockLimits) -> bool:
+        return len(self.positions) >= limits.events \
+            or (limits.rows is not None and self.rows >= limits.rows) \
+            or (limits.bytes is not None and self.bytes >= limits.bytes)
+
+
 class ConsumerRuntime:
     """Runs one consumer group until ``stop()``; ``run()`` blocks."""
 
-    def __init__(self, name: str, cfg: ConsumerConfig, feed: FeedSettings, applier: Applier,
+    def __init__(self, name: str, cfg: GroupConfig, feed: FeedSettings, applier: Applier,
                  control: ComponentNodes, positions: ServiceNodes,
                  metrics: ConsumerMetrics | None = None,
-                 feed_factory: Callable[[FeedSettings], ThlFeed] | None = None) -> None:
+                 feed_factory: Callable[[FeedSettings], ThlFeed] | None = None,
+                 zk_health: ZkHealth | None = None) -> None:
         self.name = name
         self.cfg = cfg
         self.feed_settings = feed
         self.applier = applier
+        self.capabilities = applier.capabilities
+        self.limits = cfg.block_limits(applier.capabilities.block)
+        self.filter = ReplicateFilter(cfg.filters.replicate, cfg.filters.ignore)
         self.control = control
         self.positions = positions
         self.metrics = metrics or ConsumerMetrics.disabled()
+        self.zk_health = zk_health
         self._feed_factory = feed_factory or (
-            lambda f: ThlFeed(f.bootstrap, f.topic, f.group_id))
+            lambda f: ThlFeed(f.kafka, f.topic, f.group_id))
         self.status = Status(serviceName=feed.service, role=f"consumer:{name}",
                              host=socket.gethostname())
         #: One process applies a group at a time; others wait as standby.
@@ -103,6 +153,8 @@ class ConsumerRuntime:
         self._careful_until = -1
         #: The expected seqno at which a gap was seen once (then re-checked by handshake).
         self._gap_checked = -1
+        #: Skipped seqnos passed and committed, still to be cleared from the desired state.
+        self._skips_done: list[int] = []
         self._last_publish = 0.0
         self._stale = False
 
@@ -130,6 +182,13 @@ class ConsumerRuntime:
         return d.state == "ONLINE" and not self._stop.is_set() and \
             (self._error_request is None or d.request != self._error_request)
 
+    def _zk(self, call: Callable[[], _T], doing: str) -> _T:
+        """A ZooKeeper call the group cannot go on without: its failure is transient."""
+        try:
+            return call()
+        except KazooException as exc:
+            raise TransientError(f"ZooKeeper: {doing}: {type(exc).__name__} {exc}") from exc
+
     def _publish(self, force: bool = True) -> None:
         """Publish the status; unforced publishes are throttled and caught up when idle."""
         now = time.monotonic()
@@ -137,9 +196,12 @@ class ConsumerRuntime:
             self._stale = True
             return
         self._last_publish, self._stale = now, False
+        if self.zk_health is not None:
+            self.status.zookeeperDisconnects = self.zk_health.disconnects
         try:
             self.control.publish_status(self.status.to_json())
         except Exception as exc:  # status is best effort; ZK may be down
+            self._stale = True
             log.warning("%s: cannot publish status: %s", self.name, exc)
 
     def _set_state(self, state: State) -> None:
@@ -154,14 +216,19 @@ class ConsumerRuntime:
         """Serve desired states until ``stop()``, while this process holds the group's lock.
 
         Without the lock it waits as standby and publishes nothing; losing the lock (the
-        ZooKeeper session expired) abandons the open block and goes back to waiting.
+        ZooKeeper session expired) abandons the open block and goes back to waiting. Nothing
+        but ``stop()`` ends this loop: ZooKeeper being away is waited out, and an unexpected
+        failure puts the group in OFFLINE:ERROR, where trepctl shows it.
         """
-        self.control.watch_desired(self._on_desired)
         try:
+            self._until_stopped(lambda: self.control.watch_desired(self._on_desired),
+                                "watching the desired state")
             standby_logged = False
             while not self._stop.is_set():
-                if not self.lead.acquire(timeout=1.0):
-                    if not standby_logged:
+                held = self._until_stopped(lambda: self.lead.acquire(timeout=1.0),
+                                           "taking the group's lock")
+                if not held:
+                    if not standby_logged and not self._stop.is_set():
                         log.info("%s: standby: another process applies this group; waiting "
                                  "for its lock", self.name)
                         standby_logged = True
@@ -177,8 +244,25 @@ class ConsumerRuntime:
         finally:
             self.applier.close()
 
+    def _until_stopped(self, call: Callable[[], _T], doing: str) -> _T | None:
+        """``call()``, tried again every second while ZooKeeper fails (None once stopped)."""
+        logged = False
+        while not self._stop.is_set():
+            try:
+                return call()
+            except KazooException as exc:
+                if not logged:
+                    log.warning("%s: ZooKeeper: %s: %s; trying again every second",
+                                self.name, doing, exc)
+                    logged = True
+                self._stop.wait(1.0)
+        return None
+
     def _lead(self) -> None:
-        self.control.mark_alive(self.status.host)
+        try:
+            self.control.mark_alive(self.status.host)
+        except KazooException as exc:
+            log.warning("%s: cannot mark this process alive yet: %s", self.name, exc)
         # A new lead starts clean, as a restarted process would: an error from an earlier
         # lead may have been dealt with by whoever held the lock meanwhile.
         self._error_request = None
@@ -197,6 +281,8 @@ class ConsumerRuntime:
                     self.status.clear_error()
                     self._set_state(State.OFFLINE)
                 self._wakeup.wait(1.0)
+                if self._stale:
+                    self._publish(force=False)
                 continue
             self._error_request = None
             self.status.clear_error()
@@ -210,15 +296,22 @@ class ConsumerRuntime:
             raise _LeadLost("the ZooKeeper session expired and the group's lock with it")
 
     def _go_online(self) -> None:
-        limit = self.cfg.retry_limit_s
-        retrying = Retrying(
-            retry=retry_if_exception_type(TransientError),
-            wait=wait_exponential(multiplier=0.5, max=10),
-            stop=stop_after_delay(limit) if limit else stop_never,
-            sleep=self._sleep, before_sleep=self._log_retry, reraise=True)
         request = self.desired().request
         try:
-            retrying(self._session)
+            while True:
+                # Backoff and retry_limit_s count one outage: a session that committed
+                # something before it failed starts a fresh count.
+                limit = self.cfg.retry_limit_s
+                retrying = Retrying(
+                    retry=retry_if_exception_type(TransientError),
+                    wait=wait_exponential(multiplier=0.5, max=10),
+                    stop=stop_after_delay(limit) if limit else stop_never,
+                    sleep=self._sleep, before_sleep=self._log_retry, reraise=True)
+                try:
+                    retrying(self._session)
+                except _Progressed as progressed:
+                    self._log_failure(progressed.cause, 1)
+                    self._sleep(0.5)
         except _GoOffline:
             self._set_state(State.OFFLINE)
         except PositionConflict as exc:
@@ -227,6 +320,15 @@ class ConsumerRuntime:
             self._fail(exc, request)
         except ConsumerError as exc:
             self._fail(exc, request)
+        except (_LeadLost, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            # A bug, not a condition of the target or the log: stop where trepctl shows it
+            # rather than let the thread die behind a process that looks alive.
+            log.exception("%s: unexpected failure", self.name)
+            self._fail(TerminalError(f"internal error: {type(exc).__name__}: {exc}",
+                                     seqno=self.status.appliedLastSeqno + 1), request,
+                       kind="internal")
 
     def _sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -239,14 +341,17 @@ class ConsumerRuntime:
             raise _GoOffline
 
     def _log_retry(self, state: RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome else None
+        self._log_failure(state.outcome.exception() if state.outcome else None,
+                          state.attempt_number)
+
+    def _log_failure(self, exc: BaseException | None, attempt: int) -> None:
         self.metrics.error("transient")
-        log.warning("%s: %s; retrying (attempt %d)", self.name, exc, state.attempt_number)
+        log.warning("%s: %s; retrying (attempt %d)", self.name, exc, attempt)
         self.status.pendingExceptionMessage = f"retrying: {exc}"
         self._set_state(State.SYNCHRONIZING)
 
-    def _fail(self, exc: ConsumerError, request: int) -> None:
-        self.metrics.error(exc.code.lower())
+    def _fail(self, exc: ConsumerError, request: int, kind: str | None = None) -> None:
+        self.metrics.error(kind or exc.code.lower())
         log.error("%s: OFFLINE:ERROR at seqno %d: %s", self.name, exc.seqno, exc)
         self._error_request = request
         s = self.status
@@ -262,12 +367,13 @@ class ConsumerRuntime:
         try:
             self.applier.connect()
             self.applier.reset()
+            self._zk(lambda: self.positions.write_position(
+                f"consumers/{self.name}", ZkPosition(-1, -1, "")), "clearing the mirror")
         except ConsumerError as exc:
             self._fail(exc, self.desired().request)
             return
-        self.positions.write_position(f"consumers/{self.name}", ZkPosition(-1, -1, ""))
         try:
-            forget_group_offsets(self.feed_settings.bootstrap, self.feed_settings.group_id)
+            forget_group_offsets(self.feed_settings.kafka, self.feed_settings.group_id)
         except TransientError as exc:
             # Informational only (the target holds the position): the next commit after
             # `online` overwrites it anyway.
@@ -275,8 +381,15 @@ class ConsumerRuntime:
         self.status.appliedLastSeqno = -1
         self.status.appliedLastEventId = ""
         self.status.appliedLastEpoch = -1
-        self.control.update_desired(_clear_reset)
-        self._on_desired(self.control.desired())
+        try:
+            self.control.update_desired(_clear_reset)
+            self._on_desired(self.control.desired())
+        except KazooException as exc:
+            # The position is cleared; a reset request left in place clears it again.
+            log.warning("%s: reset done, but the request stays until ZooKeeper answers: %s",
+                        self.name, exc)
+            self._wakeup.wait(1.0)
+            return
         self._set_state(State.OFFLINE)
 
     # -- one online session ------------------------------------------------------------------
@@ -294,7 +407,13 @@ class ConsumerRuntime:
                 feed.seek(first)
             self.status.pendingExceptionMessage = "NONE"
             self._set_state(State.ONLINE)
-            self._stream(feed, start)
+            committed = self.status.appliedLastSeqno
+            try:
+                self._stream(feed, start)
+            except TransientError as exc:
+                if self.status.appliedLastSeqno != committed:
+                    raise _Progressed(exc) from exc
+                raise
         except (DataError, TerminalError) as exc:
             self.applier.rollback()
             if exc.seqno > self._careful_until and not isinstance(exc, EpochMismatch):
@@ -327,16 +446,18 @@ class ConsumerRuntime:
         if desired.from_seqno is not None:
             start = desired.from_seqno
             log.info("%s: starting at seqno %d as the operator asked", self.name, start)
-            self.control.update_desired(_clear_from)
-            self._on_desired(self.control.desired())
             # Replay really means replay: drop the stored position first.
             self.applier.reset()
+            self._zk(lambda: self.control.update_desired(_clear_from),
+                     "clearing the --from-seqno request")
+            self._on_desired(self.control.desired())
             return start
         stored = self.applier.position()
+        crashpoints.reached("apply-handshake")
         if stored is None:
             return None
         self.status.appliedLastSeqno = stored.seqno
-        self.status.appliedLastEventId = stored.eventid
+        self.status.appliedLastEventId = stored.event_id
         self.status.appliedLastEpoch = stored.epoch
         rec: ThlRecord | None = None
         while rec is None:
@@ -357,10 +478,10 @@ class ConsumerRuntime:
                                 f"{rec.error}", seqno=stored.seqno)
         server = rec.event if same else None
         if server is None or server.epoch != stored.epoch \
-                or server.event_id != stored.eventid:
+                or server.event_id != stored.event_id:
             # No such fragment, or another epoch or event id there: another log.
             found = (f"server epoch number={server.epoch} client epoch number={stored.epoch} "
-                     f"(server event id {server.event_id}, client event id {stored.eventid})"
+                     f"(server event id {server.event_id}, client event id {stored.event_id})"
                      if server is not None else
                      f"server has no fragment {stored.fragno} of seqno {stored.seqno} (next "
                      f"record: seqno {rec.seqno} fragment {rec.fragno}) client epoch "
@@ -369,42 +490,88 @@ class ConsumerRuntime:
                 "Client handshake failure: Client response validation failed: Log epoch "
                 f"numbers do not match: client source ID={stored.source_id} "
                 f"seqno={stored.seqno} {found}. The THL topic {self.feed_settings.topic} "
-                "is not the log "
-                "this target was applied from; compare the THL and the target, then "
-                "`trepctl reset` and `online --from-seqno N`.",
-                seqno=stored.seqno, event_id=stored.eventid)
+                "is not the log this target was applied from; compare the THL and the "
+                "target, then `trepctl reset` and `online --from-seqno N`.",
+                seqno=stored.seqno, event_id=stored.event_id)
         return stored.seqno + 1
+
+    # -- preparing events for the target -----------------------------------------------------
+
+    def _prepare(self, event: ThlEvent) -> tuple[ThlEvent, list[Heartbeat]]:
+        """What of ``event`` this target gets, and the heartbeats it carries."""
+        kept: list[DataItem] = []
+        beats: list[Heartbeat] = []
+        for item in event.data:
+            if isinstance(item, RowChange):
+                if item.schema == self.feed_settings.tracking_schema:
+                    if item.table == HEARTBEAT_TABLE:
+                        beats.extend(heartbeats(item, event.seqno, event.event_id))
+                    continue  # the replicator's own bookkeeping, never data
+                if not self.filter.keeps(item.schema, item.table):
+                    continue
+                if not self.capabilities.keyless_tables and not any(
+                        c.primary_key for c in item.column_specs or item.key_specs):
+                    raise DataError(
+                        f"table {item.schema}.{item.table} has no primary key and "
+                        f"{self.applier.target} cannot address its rows (seqno "
+                        f"{event.seqno}); add a key on the source, filter the table out of "
+                        "this group, or skip the seqno", seqno=event.seqno,
+                        event_id=event.event_id)
+                kept.append(item)
+            elif self._keeps_statement(item, event):
+                kept.append(item)
+        if len(kept) == len(event.data):
+            return event, beats
+        return replace(event, data=kept), beats
+
+    def _keeps_statement(self, stmt: Statement, event: ThlEvent) -> bool:
+        if not self.filter.keeps_item(stmt):
+            return False
+        policy = self.capabilities.statements
+        if policy is StatementPolicy.APPLY:
+            return True
+        if policy is StatementPolicy.ERROR:
+            raise DataError(
+                f"seqno {event.seqno} holds a statement event, which {self.applier.target} "
+                f"does not run: {stmt.sql[:200]!r}. Set this target's `statements: skip` to "
+                "leave statements out, or skip the seqno.", seqno=event.seqno,
+                event_id=event.event_id)
+        return False
+
+    def _isolates(self, event: ThlEvent) -> bool:
+        """A statement the target commits by itself (DDL) is applied in a block of its own."""
+        return self.capabilities.statements is StatementPolicy.APPLY and any(
+            isinstance(item, Statement) and not is_transactional(item.sql)
+            for item in event.data)
+
+    # -- streaming ---------------------------------------------------------------------------
 
     def _stream(self, feed: ThlFeed, start: int | None) -> None:
         expected = start
-        block: list[ThlEvent] = []
-        last_offset = -1
-        opened = 0.0
+        block = _Block()
         in_seqno: int | None = None
         next_frag = 0
         skips = set(self.desired().skip_seqnos)
-        skipped: list[int] = []
-        block_ms = self.cfg.block_commit_ms / 1000
+        block_s = self.limits.ms / 1000
 
         def commit() -> None:
-            nonlocal block, skipped
-            if not block:
+            nonlocal block
+            if not block.positions:
                 return
             # Another process may hold the lock by now: its work, not this block, counts.
             self._check_lead()
+            last = block.positions[-1]
             try:
-                self.applier.commit(block[-1])
+                self.applier.commit(last)
             except ConsumerError as exc:
                 if exc.seqno < 0:
                     # Batched rows are sent at commit: the culprit is somewhere in the block;
                     # careful mode (one seqno per block) will pin it down.
-                    exc.seqno, exc.event_id = block[-1].seqno, block[-1].event_id
+                    exc.seqno, exc.event_id = last.seqno, last.event_id
                 raise
-            self._committed(block, last_offset, feed)
-            if skipped:
-                self._consume_skips(skipped)
-                skipped = []
-            block = []
+            crashpoints.reached("apply-committed")
+            self._committed(block, feed)
+            block = _Block()
 
         while True:
             if in_seqno is None:
@@ -412,13 +579,16 @@ class ConsumerRuntime:
                 if not self._wants_online():
                     commit()
                     raise _GoOffline
-                if block and time.monotonic() - opened >= block_ms:
+                if block.positions and time.monotonic() - block.opened >= block_s:
                     commit()
-            wait = 0.2 if not block else max(0.0, min(0.2, opened + block_ms - time.monotonic()))
+            wait = 0.2 if not block.positions else max(
+                0.0, min(0.2, block.opened + block_s - time.monotonic()))
             rec = feed.poll(wait)
             if rec is None:
                 if self._stale:
                     self._publish(force=False)  # idle: let the last commit show
+                if self._skips_done:
+                    self._consume_skips([])
                 continue
             if rec.event is None:
                 raise TerminalError(f"{rec.error}; the consumer stops here", seqno=rec.seqno)
@@ -443,11 +613,12 @@ class ConsumerRuntime:
                     raise TerminalError(f"seqno {event.seqno} starts at fragment "
                                         f"{event.fragno} (offset {rec.offset})",
                                         seqno=event.seqno)
-                if block and self.applier.isolates(event):
+                isolated = event.seqno not in skips and self._isolates(event)
+                if block.positions and isolated:
                     commit()
-                if not block:
+                if not block.positions:
                     self.applier.begin()
-                    opened = time.monotonic()
+                    block.opened = time.monotonic()
                 in_seqno, next_frag = event.seqno, 0
             elif event.seqno != in_seqno or event.fragno != next_frag:
                 raise TerminalError(
@@ -455,54 +626,68 @@ class ConsumerRuntime:
                     f"{event.seqno} fragment {event.fragno} at offset {rec.offset}",
                     seqno=in_seqno)
             if event.seqno in skips:
-                self.applier.skip(event)
                 if event.last_frag:
-                    skipped.append(event.seqno)
-                    log.warning("%s: skipped seqno %d as the operator asked", self.name,
-                                event.seqno)
+                    block.skipped.append(event.seqno)
+                    log.warning("%s: skipped seqno %d (%s) as the operator asked: its data "
+                                "is not applied", self.name, event.seqno, event.event_id)
             else:
-                try:
-                    self.applier.apply(event)
-                except ConsumerError as exc:
-                    if exc.seqno < 0:
-                        exc.seqno, exc.event_id = event.seqno, event.event_id
-                    raise
+                self._apply(event)
+            block.rows += sum(item.row_count for item in event.data
+                              if isinstance(item, RowChange))
+            block.bytes += rec.size
             self.metrics.rows(event)
             next_frag += 1
             if not event.last_frag:
+                crashpoints.reached("apply-between-fragments")
                 continue
-            block.append(_position_only(event))
-            last_offset = rec.offset
+            block.positions.append(Position.of(event, rec.offset))
             in_seqno, expected = None, event.seqno + 1
-            if len(block) >= self.cfg.block_commit_events or self.applier.isolates(event) \
-                    or event.seqno <= self._careful_until:
+            if block.full(self.limits) or event.seqno <= self._careful_until or (
+                    event.seqno not in skips and self._isolates(event)):
                 commit()
 
-    def _committed(self, block: list[ThlEvent], last_offset: int, feed: ThlFeed) -> None:
-        last = block[-1]
+    def _apply(self, event: ThlEvent) -> None:
+        """One fragment into the open block, with the seqno on any error it raises."""
+        try:
+            prepared, beats = self._prepare(event)
+            if prepared.data:
+                self.applier.apply(prepared)
+            for beat in beats:
+                self.applier.heartbeat(beat)
+        except ConsumerError as exc:
+            if exc.seqno < 0:
+                exc.seqno, exc.event_id = event.seqno, event.event_id
+            raise
+
+    def _committed(self, block: _Block, feed: ThlFeed) -> None:
+        last = block.positions[-1]
         s = self.status
         s.appliedLastSeqno, s.appliedLastEventId = last.seqno, last.event_id
         s.appliedLastEpoch = last.epoch
         s.appliedLatency = round(max(0.0, time.time() - last.tstamp / 1e6), 3)
-        self.metrics.applied(block, s.appliedLatency)
+        self.metrics.applied(len(block.positions), last.seqno, s.appliedLatency)
         self.positions.mirror_position(f"consumers/{self.name}",
-                                       ZkPosition(last.seqno, last.epoch, last.event_id))
-        feed.commit(last_offset + 1)
+                                       ZkPosition(last.seqno, last.epoch, last.event_id,
+                                                  last.fragno, last.last_frag))
+        if not self.capabilities.owns_offsets:
+            feed.commit(last.offset + 1)
+        if block.skipped or self._skips_done:
+            self._consume_skips(block.skipped)
         self._publish(force=False)
 
     def _consume_skips(self, done: list[int]) -> None:
         self.status.skippedSeqnos = sorted({*self.status.skippedSeqnos, *done})[-100:]
+        pending = self._skips_done = sorted({*self._skips_done, *done})
 
         def drop(d: Desired) -> None:
-            d.skip_seqnos = [s for s in d.skip_seqnos if s not in done]
-        self.control.update_desired(drop)
-
-
-def _position_only(event: ThlEvent) -> ThlEvent:
-    """The event without its rows: a block keeps positions, not data."""
-    return ThlEvent(seqno=event.seqno, epoch=event.epoch, source_id=event.source_id,
-                    event_id=event.event_id, shard_id=event.shard_id, tstamp=event.tstamp,
-                    fragno=event.fragno, last_frag=event.last_frag, metadata=event.metadata)
+            d.skip_seqnos = [s for s in d.skip_seqnos if s not in pending]
+        try:
+            self.control.update_desired(drop)
+            self._skips_done = []
+        except KazooException as exc:
+            # Skipped and committed already: clearing the request can wait for ZooKeeper.
+            log.warning("%s: cannot clear skipped seqnos %s from the desired state yet: %s",
+                        self.name, pending, exc)
 
 
 def _clear_from(d: Desired) -> None:
@@ -511,4 +696,3 @@ def _clear_from(d: Desired) -> None:
 
 def _clear_reset(d: Desired) -> None:
     d.reset = False
-

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pymysql
 import sqlalchemy.exc as sa_exc
 from confluent_kafka import KafkaException
+from kazoo.exceptions import KazooException
 
 from thl_topics.errors import ThlUnavailable, is_passing
 
@@ -37,7 +38,8 @@ class LeaderLost(ExtractorError):
 
 def is_transient(exc: BaseException) -> bool:
     """True when starting again from the THL tail may succeed: the source or Kafka is down."""
-    if isinstance(exc, (ThlCommitUnknown, ThlUnavailable)):
+    if isinstance(exc, (ThlCommitUnknown, ThlUnavailable, KazooException)):
+        # ZooKeeper away while the THL is empty (its mirror is the last resort position).
         return True
     if isinstance(exc, KafkaException):
         return is_passing(exc.args[0])

@@ -21,6 +21,9 @@ from typing import Any
 import pymysql
 import sqlalchemy as sa
 from confluent_kafka.admin import AdminClient
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
@@ -34,6 +37,7 @@ from tenacity import (
 )
 
 from extractor import binlog_fixes
+from extractor.config import ExtractorConfig
 from extractor.errors import (
     BinlogPurgedError,
     ExtractorError,
@@ -43,12 +47,14 @@ from extractor.errors import (
 )
 from extractor.positions import StartPoint, find_start
 from extractor.transactions import BinlogPosition, TransactionAssembler
-from replicator.config import ReplicatorConfig
+from replicator import crashpoints
+from replicator.config import ServiceSettings
 from replicator.control import ComponentNodes
 from replicator.filters import ReplicateFilter, TrackingSchemaFilter
+from replicator.source import source_engine
 from replicator.state import State, Status
 from replicator.tracking import CommitSeqno, CommitSeqnoTable
-from replicator.zk import Leadership, ServiceNodes, ZkPosition, connect
+from replicator.zk import Leadership, ServiceNodes, ZkHealth, ZkPosition, connect
 from thl_topics.admin import ThlTopicSpec, ensure_thl_topic
 from thl_topics.errors import ThlError, ThlUnavailable
 from thl_topics.event import ThlEvent
@@ -69,28 +75,20 @@ _EVENTS = [MariadbGtidEvent, QueryEvent, XidEvent, WriteRowsEvent, UpdateRowsEve
 _ER_MASTER_FATAL_READING_BINLOG = 1236
 
 
-def source_engine(cfg: ReplicatorConfig) -> sa.Engine:
-    """SQLAlchemy engine of the source (for the tracking schema)."""
-    src = cfg.extractor.source
-    url = sa.URL.create("mysql+pymysql", username=src.user,
-                        password=src.password.get_secret_value(), host=src.host,
-                        port=src.port, query={"charset": "utf8mb4"})
-    return sa.create_engine(url, pool_pre_ping=True, hide_parameters=True)
-
-
 class Extractor:
     """One extractor of one service. ``run()`` blocks until ``stop()`` or a fatal error."""
 
-    def __init__(self, cfg: ReplicatorConfig) -> None:
+    def __init__(self, service: ServiceSettings, cfg: ExtractorConfig) -> None:
+        self.service = service
         self.cfg = cfg
         self._stop = threading.Event()
         self.identity = f"{socket.gethostname()}:{os.getpid()}"
-        self.tracking = CommitSeqnoTable(cfg.tracking_schema)
+        self.tracking = CommitSeqnoTable(service.tracking_schema)
         self.last_committed: ThlEvent | None = None
         self.epoch: int | None = None
         #: Set once the binlog start position is fixed: later source commits are extracted.
         self.streaming = threading.Event()
-        self.status = Status(serviceName=cfg.service, role="extractor",
+        self.status = Status(serviceName=service.service, role="extractor",
                              host=socket.gethostname())
         self._control: ComponentNodes | None = None
         self._last_publish = 0.0
@@ -100,6 +98,8 @@ class Extractor:
         #: Times this instance lost the leader lock while leading.
         self.leadership_losses = 0
         self._lead_lock: Leadership | None = None
+        #: ZooKeeper connection of the running extractor (for status and metrics).
+        self.zk_health: ZkHealth | None = None
 
     def stop(self) -> None:
         """Ask the extractor to stop at the next transaction boundary."""
@@ -112,9 +112,12 @@ class Extractor:
         fenced this one) sends the instance back to standby: it waits for the lock again
         and then starts over from the THL tail, like any new leader.
         """
-        zk = connect(self.cfg.zookeeper.hosts, self.cfg.zookeeper.timeout_s)
-        nodes = ServiceNodes(zk, self.cfg.zookeeper.root, self.cfg.service)
-        self._control = ComponentNodes(zk, self.cfg.zookeeper.root, self.cfg.service,
+        zk = self._connect_zookeeper()
+        if zk is None:
+            return
+        self.zk_health = ZkHealth(zk)
+        nodes = ServiceNodes(zk, self.service.zookeeper.root, self.service.service)
+        self._control = ComponentNodes(zk, self.service.zookeeper.root, self.service.service,
                                        "extractor")
         self._lead_lock = lead = nodes.leadership("extractor", self.identity)
         try:
@@ -132,23 +135,46 @@ class Extractor:
                 finally:
                     lead.release()
         finally:
+            self.zk_health.closing()
             zk.stop()
             zk.close()
+
+    def _connect_zookeeper(self) -> KazooClient | None:
+        """A ZooKeeper session, waited for as long as it takes (None: stopped meanwhile)."""
+        zk = self.service.zookeeper
+        while True:
+            try:
+                return connect(zk.hosts, zk.timeout_s)
+            except (KazooException, KazooTimeoutError) as exc:
+                log.warning("extractor: ZooKeeper at %s: %s; trying again", zk.hosts, exc)
+            if self._stop.wait(1.0):
+                return None
 
     def _acquire(self, lead: Leadership) -> bool:
         """Wait as standby until the lock is ours (False: stopped while waiting)."""
         log.info("extractor %s: waiting for the leader lock of service %s",
-                 self.identity, self.cfg.service)
+                 self.identity, self.service.service)
         while not self._stop.is_set():
-            if lead.acquire(timeout=1.0):
-                log.info("extractor %s: leader of service %s", self.identity, self.cfg.service)
+            try:
+                held = lead.acquire(timeout=1.0)
+            except KazooException as exc:
+                # ZooKeeper away: nobody can take the lock meanwhile; wait for it.
+                log.warning("extractor: ZooKeeper: taking the leader lock: %s", exc)
+                self._stop.wait(1.0)
+                continue
+            if held:
+                log.info("extractor %s: leader of service %s", self.identity,
+                         self.service.service)
                 return True
         return False
 
     def _lead_once(self, nodes: ServiceNodes, lead: Leadership) -> None:
         """One leadership, until stopped; raises LeaderLost when the lock is gone."""
         if self._control is not None:
-            self._control.mark_alive(self.identity)
+            try:
+                self._control.mark_alive(self.identity)
+            except KazooException as exc:
+                log.warning("extractor: cannot mark this process alive yet: %s", exc)
         self._publish(State.SYNCHRONIZING)
         try:
             self._lead_retrying(nodes)
@@ -184,7 +210,7 @@ class Extractor:
         Starting over is the restart path the crash tests prove: a new producer fences the
         old one and the THL tail says where the binlog resumes, so nothing repeats or is lost.
         """
-        limit = self.cfg.extractor.retry_limit_s
+        limit = self.cfg.retry_limit_s
         retrying = Retrying(
             retry=retry_if_exception(is_transient),
             wait=wait_exponential(multiplier=0.5, max=10),
@@ -206,23 +232,23 @@ class Extractor:
         self._publish(State.SYNCHRONIZING)
 
     def _lead(self, nodes: ServiceNodes) -> None:
-        cfg = self.cfg
-        admin = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers})
+        cfg = self.service
+        admin = AdminClient(cfg.kafka.client())
         ensure_thl_topic(admin, ThlTopicSpec(cfg.thl_topic, cfg.kafka.replication_factor,
                                              cfg.kafka.max_message_bytes))
-        engine = source_engine(cfg)
+        engine = source_engine(cfg.source)
         try:
             with engine.begin() as conn:
                 self.tracking.create(conn)
             # Fence first, then read the tail: once init_transactions returned, no older
             # extractor can commit behind our back, so the tail we read is final.
             producer = ThlProducer(
-                cfg.kafka.bootstrap_servers, cfg.thl_topic,
+                cfg.kafka.client(), cfg.thl_topic,
                 transactional_id=f"tungsten-extractor-{cfg.service}",
                 max_message_bytes=cfg.kafka.max_message_bytes,
                 timeout=cfg.kafka.transaction_timeout_s)
             try:
-                with ThlReader(cfg.kafka.bootstrap_servers, cfg.thl_topic) as reader:
+                with ThlReader(cfg.kafka.client(), cfg.thl_topic) as reader:
                     start = find_start(reader, engine, self.tracking, nodes)
                 self._stream(start, producer, engine, nodes)
             finally:
@@ -237,13 +263,13 @@ class Extractor:
             engine.dispose()
 
     def _filters(self) -> TrackingSchemaFilter:
-        f = self.cfg.extractor.filters
+        f = self.cfg.filters
         # Our own position writes land in the source binlog: never extract them.
         return TrackingSchemaFilter(ReplicateFilter(f.replicate, f.ignore),
-                                    self.cfg.tracking_schema)
+                                    self.service.tracking_schema)
 
     def _binlog(self, start: StartPoint) -> BinLogStreamReader:
-        src = self.cfg.extractor.source
+        src = self.service.source
         position = start.position or self._initial_position()
         log.info("extractor: resuming at %s, next seqno %d (from %s)",
                  position.event_id(), start.next_seqno, start.origin)
@@ -251,7 +277,7 @@ class Extractor:
         return BinLogStreamReader(
             connection_settings={"host": src.host, "port": src.port, "user": src.user,
                                  "passwd": src.password.get_secret_value()},
-            server_id=self.cfg.extractor.server_id, log_file=position.file,
+            server_id=self.cfg.server_id, log_file=position.file,
             log_pos=position.pos, resume_stream=True, blocking=True, slave_heartbeat=0.2,
             only_events=_EVENTS,
             # File/offset resume is reliable with is_mariadb=False, also against MariaDB.
@@ -261,12 +287,12 @@ class Extractor:
         )
 
     def _initial_position(self) -> BinlogPosition:
-        src = self.cfg.extractor.source
+        src = self.service.source
         conn = pymysql.connect(host=src.host, port=src.port, user=src.user,
                                password=src.password.get_secret_value())
         try:
             with conn.cursor() as cur:
-                if self.cfg.extractor.start_at == "earliest":
+                if self.cfg.start_at == "earliest":
                     cur.execute("SHOW BINARY LOGS")
                 else:
                     cur.execute("SHOW MASTER STATUS")
@@ -274,7 +300,7 @@ class Extractor:
                 if row is None:
                     raise ExtractorError("the source has no binary log: start it with log-bin, "
                                          "binlog-format=ROW, binlog-row-image=FULL")
-                if self.cfg.extractor.start_at == "earliest":
+                if self.cfg.start_at == "earliest":
                     return BinlogPosition(row[0], 4)
                 return BinlogPosition(row[0], int(row[1]))
         finally:
@@ -297,7 +323,7 @@ class Extractor:
 
     def _stream(self, start: StartPoint, producer: ThlProducer, engine: sa.Engine,
                 nodes: ServiceNodes) -> None:
-        xcfg = self.cfg.extractor
+        xcfg = self.cfg
         self.epoch = start.next_seqno
         pending: list[ThlEvent] = []
         batch_started = 0.0
@@ -307,13 +333,15 @@ class Extractor:
             if not producer.in_transaction:
                 batch_started = time.monotonic()
             producer.publish(event)
+            if not event.last_frag:
+                crashpoints.reached("extract-between-fragments")
             if event.last_frag:
                 # Keep the position, not the rows: a batch may be a million rows.
                 pending.append(dataclasses.replace(event, data=[]))
 
         assembler = TransactionAssembler(
             emit=emit, next_seqno=start.next_seqno, epoch=self.epoch,
-            service=self.cfg.service, source_id=xcfg.source_id,
+            service=self.service.service, source_id=xcfg.source_id,
             filters=self._filters(), fragment_rows=xcfg.fragment_rows,
             fragment_bytes=xcfg.fragment_bytes)
         stream = self._binlog(start)
@@ -354,6 +382,7 @@ class Extractor:
         except ThlUnavailable as exc:
             raise ThlCommitUnknown(f"THL commit failed with an unknown outcome: {exc}; "
                                    "resuming from the THL tail with a new producer") from exc
+        crashpoints.reached("extract-committed")
         last = pending[-1]
         pending.clear()
         self.last_committed = last
@@ -376,8 +405,11 @@ class Extractor:
         self._last_publish, self._stale = time.monotonic(), False
         if self._control is None:
             return
+        if self.zk_health is not None:
+            self.status.zookeeperDisconnects = self.zk_health.disconnects
         try:
             self._control.publish_status(self.status.to_json())
         except Exception as exc:  # a status is never worth stopping the extractor for
+            self._stale = True  # sent again once ZooKeeper answers
             log.warning("extractor: cannot publish status: %s", exc)
 

@@ -1,21 +1,17 @@
-"""Configuration of a replicator service: one YAML file, overridable from the environment.
+"""Configuration shared by every part of a service: its name, Kafka, ZooKeeper, the source.
 
-Every field has a documented default. Environment variables win over the file:
-``TREP_<SECTION>__<FIELD>``, e.g. ``TREP_EXTRACTOR__SOURCE__PASSWORD=...``. Secrets are
-``SecretStr`` and never appear in logs or in ``repr``.
+The whole service file (``trep.config.ServiceConfig``) adds the extractor's and the consumer
+groups' sections; each part reads only what it needs from here. Every field has a documented
+default; secrets are ``SecretStr`` and never appear in logs or in ``repr``.
 """
 
 from __future__ import annotations
 
-import socket
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
 
 
 class ConfigError(ValueError):
@@ -34,9 +30,13 @@ class KafkaConfig(BaseModel):
     #: Seconds a produce/commit may take before the producer is thrown away and rebuilt.
     transaction_timeout_s: float = Field(60.0, gt=0)
 
+    def client(self, **settings: Any) -> dict[str, Any]:
+        """librdkafka settings of a client of this cluster, plus ``settings``."""
+        return {"bootstrap.servers": self.bootstrap_servers, **settings}
+
 
 class ZooKeeperConfig(BaseModel):
-    """ZooKeeper: position mirrors, leader lock, epoch, control plane."""
+    """ZooKeeper: position mirrors, leader locks, epoch, control plane."""
 
     hosts: str = "127.0.0.1:12181"
     #: Root znode; a service lives under ``<root>/<service>``.
@@ -54,80 +54,12 @@ class SourceConfig(BaseModel):
 
 
 class FilterConfig(BaseModel):
-    """Extract-stage replicate/ignore filter by ``schema.table`` with shell wildcards."""
+    """Replicate/ignore by ``schema.table`` with shell wildcards (Tungsten's replicate filter)."""
 
     #: Keep only these (empty: everything).
     replicate: list[str] = Field(default_factory=list)
     #: Then drop these.
     ignore: list[str] = Field(default_factory=list)
-
-
-class ExtractorConfig(BaseModel):
-    """The binlog extractor of a service."""
-
-    source: SourceConfig = SourceConfig()
-    #: server_id this replication client announces; unique among the source's replicas.
-    server_id: int = Field(1001, gt=0)
-    #: SOURCEID stamped on every event.
-    source_id: str = Field(default_factory=socket.gethostname)
-    #: Rows per THL fragment: a larger transaction is split, never held whole in memory.
-    fragment_rows: int = Field(5000, gt=0)
-    #: Approximate bytes per THL fragment.
-    fragment_bytes: int = Field(1024 * 1024, gt=1024)
-    #: Where to start when no position exists anywhere: the binlog's current end or its start.
-    start_at: Literal["current", "earliest"] = "current"
-    filters: FilterConfig = FilterConfig()
-    #: Source transactions per Kafka transaction at most (latency bound below).
-    batch_transactions: int = Field(200, gt=0)
-    #: Longest a source transaction waits before its Kafka transaction commits.
-    batch_ms: int = Field(100, ge=0)
-    #: Longest the source or Kafka may stay unreachable before the extractor stops with
-    #: OFFLINE:ERROR; meanwhile it starts again from the THL tail with backoff. 0: forever.
-    retry_limit_s: float = Field(0, ge=0)
-
-
-class ConsumerConfig(BaseModel):
-    """One consumer group: an applier fed from the THL topic."""
-
-    model_config = {"extra": "forbid"}
-
-    #: The applier kind; more kinds (mongodb, elasticsearch, warehouse) plug in later.
-    type: Literal["sql"] = "sql"
-    #: SQLAlchemy URL of the target, e.g. ``mysql+pymysql://user@host:3306/`` or
-    #: ``postgresql+psycopg://user@host:5432/db``. Put the password in ``password``.
-    url: str
-    #: The target's password; overrides one written in ``url``. Never logged.
-    password: SecretStr | None = None
-    #: THL events (source transactions) per target transaction at most ...
-    block_commit_events: int = Field(10, gt=0)
-    #: ... and the longest a block stays open waiting for more events.
-    block_commit_ms: int = Field(500, ge=0)
-    #: Statement events (DDL, statement-format DML): ``apply`` (MySQL-family targets only),
-    #: ``skip`` them, or stop with an ``error``. Default: apply on MySQL/MariaDB, else error.
-    statements: Literal["apply", "skip", "error"] | None = None
-    #: Go ONLINE when the process starts, unless an operator set the group OFFLINE.
-    auto_online: bool = True
-    #: Apply-stage replicate/ignore filter (changes only this target).
-    filters: FilterConfig = FilterConfig()
-    #: Longest a transient failure (target or broker down) is retried before OFFLINE:ERROR;
-    #: 0 retries forever.
-    retry_limit_s: float = Field(0, ge=0)
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: str) -> str:
-        try:
-            make_url(value)
-        except ArgumentError as exc:
-            raise ValueError(f"not a SQLAlchemy URL: {exc}") from exc
-        return value
-
-    def engine_url(self) -> URL:
-        """The target URL with the configured password."""
-        url = make_url(self.url)
-        if self.password is not None:
-            url = url.set(password=self.password.get_secret_value())
-        return url
 
 
 class MetricsConfig(BaseModel):
@@ -137,8 +69,12 @@ class MetricsConfig(BaseModel):
     port: int = Field(0, ge=0, lt=65536)
 
 
-class ReplicatorConfig(BaseSettings):
-    """The whole service configuration."""
+class ServiceSettings(BaseSettings):
+    """What every part of one service shares: its name, Kafka, ZooKeeper and the source.
+
+    Environment variables override the file: ``TREP_<SECTION>__<FIELD>``, e.g.
+    ``TREP_SOURCE__PASSWORD=...``.
+    """
 
     model_config = SettingsConfigDict(env_prefix="TREP_", env_nested_delimiter="__",
                                       extra="forbid")
@@ -147,18 +83,8 @@ class ReplicatorConfig(BaseSettings):
     service: str
     kafka: KafkaConfig = KafkaConfig()
     zookeeper: ZooKeeperConfig = ZooKeeperConfig()
-    extractor: ExtractorConfig = ExtractorConfig()
-    #: Consumer groups by name (the Kafka group is ``tungsten-<service>-<name>``).
-    consumers: dict[str, ConsumerConfig] = Field(default_factory=dict)
-    metrics: MetricsConfig = MetricsConfig()
-
-    @field_validator("consumers")
-    @classmethod
-    def _group_names(cls, value: dict[str, ConsumerConfig]) -> dict[str, ConsumerConfig]:
-        for name in value:
-            if not name or not all(c.isalnum() or c in "_-" for c in name):
-                raise ValueError(f"consumer group name {name!r}: use letters, digits, '_', '-'")
-        return value
+    #: The source database (the extractor reads its binlog; trepctl writes heartbeats there).
+    source: SourceConfig = SourceConfig()
 
     @field_validator("service")
     @classmethod
@@ -177,7 +103,7 @@ class ReplicatorConfig(BaseSettings):
         return f"tungsten_{self.service}"
 
     def group_id(self, consumer: str) -> str:
-        """The Kafka consumer group of one consumer."""
+        """The Kafka consumer group of one consumer group of this service."""
         return f"tungsten-{self.service}-{consumer}"
 
     @classmethod
@@ -190,19 +116,19 @@ class ReplicatorConfig(BaseSettings):
         return env_settings, init_settings
 
 
-def load_config(path: Path | str, **overrides: Any) -> ReplicatorConfig:
-    """Read a YAML configuration; raise ConfigError naming the file and the bad fields."""
-    path = Path(path)
+def read_yaml(path: str, text: str) -> dict[str, Any]:
+    """The mapping at the top of a YAML configuration (ConfigError otherwise)."""
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: cannot read configuration: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping")
-    data.update(overrides)
-    try:
-        return ReplicatorConfig(**data)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
-        raise ConfigError(f"{path}: {problems}") from exc
+    return data
+
+
+def validation_problems(path: str, exc: ValidationError) -> ConfigError:
+    """One ConfigError naming the file and every bad field."""
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
+    return ConfigError(f"{path}: {problems}")

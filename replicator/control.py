@@ -23,6 +23,8 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError as _BadVersion
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
+from replicator.zk import zk_call
+
 log = logging.getLogger(__name__)
 
 
@@ -81,6 +83,7 @@ class ComponentNodes:
     # -- written by the service -------------------------------------------------------------
 
     def publish_status(self, status: dict[str, Any]) -> None:
+        """Write the status (ConnectionLoss at once while ZooKeeper is away)."""
         _put(self.client, f"{self.path}/status", json.dumps(status).encode())
 
     def mark_alive(self, identity: str) -> None:
@@ -98,9 +101,10 @@ class ComponentNodes:
     def _create_alive(self) -> None:
         path = f"{self.path}/alive"
         try:
-            self.client.create(path, self._identity.encode(), ephemeral=True, makepath=True)
+            zk_call(self.client, self.client.create_async, path, self._identity.encode(),
+                    ephemeral=True, makepath=True)
         except NodeExistsError:
-            self.client.set(path, self._identity.encode())
+            zk_call(self.client, self.client.set_async, path, self._identity.encode())
 
     def _on_session_state(self, state: str) -> None:
         # Listeners run on kazoo's connection thread and must not block it.
@@ -121,7 +125,7 @@ class ComponentNodes:
     def watch_desired(self, on_change: Callable[[Desired], None]) -> None:
         """Call ``on_change`` now and whenever trepctl changes the desired state."""
         path = f"{self.path}/desired"
-        self.client.ensure_path(self.path)
+        zk_call(self.client, self.client.ensure_path_async, self.path)
 
         def changed(data: bytes | None, _stat: object) -> None:
             on_change(Desired.from_json(data or b""))
@@ -132,7 +136,7 @@ class ComponentNodes:
 
     def desired(self) -> Desired:
         try:
-            data, _ = self.client.get(f"{self.path}/desired")
+            data, _ = zk_call(self.client, self.client.get_async, f"{self.path}/desired")
         except NoNodeError:
             return Desired()
         return Desired.from_json(data)
@@ -140,10 +144,10 @@ class ComponentNodes:
     def update_desired(self, change: Callable[[Desired], None]) -> Desired:
         """Read-modify-write of the desired state, retried on a concurrent write."""
         path = f"{self.path}/desired"
-        self.client.ensure_path(self.path)
+        zk_call(self.client, self.client.ensure_path_async, self.path)
         while True:
             try:
-                data, stat = self.client.get(path)
+                data, stat = zk_call(self.client, self.client.get_async, path)
                 version = stat.version
             except NoNodeError:
                 data, version = b"", -1
@@ -152,23 +156,25 @@ class ComponentNodes:
             payload = json.dumps(asdict(desired)).encode()
             try:
                 if version < 0:
-                    self.client.create(path, payload, makepath=True)
+                    zk_call(self.client, self.client.create_async, path, payload,
+                            makepath=True)
                 else:
-                    self.client.set(path, payload, version=version)
+                    zk_call(self.client, self.client.set_async, path, payload,
+                            version=version)
                 return desired
             except (NodeExistsError, _BadVersion):
                 continue
 
     def status(self) -> dict[str, Any] | None:
         try:
-            data, _ = self.client.get(f"{self.path}/status")
+            data, _ = zk_call(self.client, self.client.get_async, f"{self.path}/status")
         except NoNodeError:
             return None
         status: dict[str, Any] = json.loads(data)
         return status
 
     def alive(self) -> bool:
-        return self.client.exists(f"{self.path}/alive") is not None
+        return zk_call(self.client, self.client.exists_async, f"{self.path}/alive") is not None
 
 
 def consumer_groups(client: KazooClient, root: str, service: str) -> list[str]:
@@ -189,12 +195,12 @@ def services(client: KazooClient, root: str) -> list[str]:
 
 def _put(client: KazooClient, path: str, data: bytes) -> None:
     try:
-        client.set(path, data)
+        zk_call(client, client.set_async, path, data)
     except NoNodeError:
         try:
-            client.create(path, data, makepath=True)
+            zk_call(client, client.create_async, path, data, makepath=True)
         except NodeExistsError:
-            client.set(path, data)
+            zk_call(client, client.set_async, path, data)
 
 
 class Wakeup:

@@ -70,3 +70,20 @@ def statement_target(sql: str, default_schema: str | None) -> StatementTarget:
             return StatementTarget(parts[0], parts[1])
         return StatementTarget(default_schema, parts[0])
     return StatementTarget(default_schema, None)
+
+
+#: Statements that change data inside a transaction; anything else (DDL) commits implicitly.
+_TRANSACTIONAL = re.compile(
+    rf"^{_COMMENT}(INSERT|UPDATE|DELETE|REPLACE|LOAD|SELECT|SET|DO|CALL)\b", re.I | re.S)
+_DATABASE = re.compile(rf"^{_COMMENT}(?:CREATE|DROP|ALTER)\s+(?:DATABASE|SCHEMA)\b", re.I | re.S)
+
+
+def is_transactional(sql: str) -> bool:
+    """True for statements that run inside a transaction (DML); False for DDL, which MySQL
+    commits by itself (with whatever the transaction held before it)."""
+    return _TRANSACTIONAL.match(sql) is not None
+
+
+def is_database_statement(sql: str) -> bool:
+    """True for CREATE/DROP/ALTER DATABASE (SCHEMA)."""
+    return _DATABASE.match(sql) is not None

@@ -34,6 +34,8 @@ class Status:
     pendingErrorSeqno: int = -1
     pendingExceptionMessage: str = "NONE"
     skippedSeqnos: list[int] = field(default_factory=list)
+    #: Times this process lost its ZooKeeper connection (it goes on applying meanwhile).
+    zookeeperDisconnects: int = 0
     timeInStateSeconds: float = 0.0
     stateSince: float = field(default_factory=time.time)
     host: str = ""

@@ -62,6 +62,17 @@ def tracking_metadata(schema: str) -> sa.MetaData:
     return meta
 
 
+def audit_table(schema: str) -> sa.Table:
+    """``trep_apply_audit``: one row per seqno each time a block applying it commits.
+
+    Optional (``audit_seqnos``), for tests that prove each seqno was applied exactly once:
+    no key, so a second application would show as a second row.
+    """
+    return sa.Table("trep_apply_audit", sa.MetaData(schema=schema),
+                    sa.Column("seqno", sa.BigInteger, nullable=False, index=True),
+                    sa.Column("applied_at", TIMESTAMP))
+
+
 @dataclass(frozen=True)
 class CommitSeqno:
     """One row of ``trep_commit_seqno``: a position, on a transaction boundary."""

@@ -5,15 +5,39 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, LockTimeout, NoNodeError
+from kazoo.exceptions import ConnectionLoss, KazooException, LockTimeout, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.interfaces import IAsyncResult
 from kazoo.recipe.lock import Lock
+from kazoo.retry import KazooRetry
 
 log = logging.getLogger(__name__)
+
+
+#: Longest a request waits for ZooKeeper's answer before it counts as a lost connection.
+REQUEST_TIMEOUT_S = 5.0
+
+
+def zk_call(client: KazooClient, request: Callable[..., IAsyncResult], *args: Any,
+            **kwargs: Any) -> Any:
+    """One ZooKeeper request that fails fast (ConnectionLoss) instead of waiting.
+
+    kazoo queues a request made while it reconnects, and its synchronous calls then wait
+    for ZooKeeper to come back, however long that takes: a replicator thread must never
+    hang on its control plane. ``request`` is one of the client's ``*_async`` methods.
+    """
+    if not client.connected:
+        raise ConnectionLoss("no connection to ZooKeeper")
+    try:
+        return request(*args, **kwargs).get(timeout=REQUEST_TIMEOUT_S)
+    except KazooTimeoutError as exc:
+        raise ConnectionLoss(f"no answer from ZooKeeper within {REQUEST_TIMEOUT_S} s") from exc
 
 
 @dataclass(frozen=True)
@@ -47,10 +71,10 @@ class ServiceNodes:
         """Mirror a position (``extractor`` or ``consumers/<group>``)."""
         path = self._position_path(component)
         data = json.dumps(asdict(pos)).encode()
-        if self.client.exists(path) is None:
-            self.client.create(path, data, makepath=True)
+        if zk_call(self.client, self.client.exists_async, path) is None:
+            zk_call(self.client, self.client.create_async, path, data, makepath=True)
         else:
-            self.client.set(path, data)
+            zk_call(self.client, self.client.set_async, path, data)
 
     def mirror_position(self, component: str, pos: ZkPosition) -> None:
         """Mirror a position without waiting for ZooKeeper's answer.
@@ -82,18 +106,70 @@ class ServiceNodes:
 
     def read_position(self, component: str) -> ZkPosition | None:
         try:
-            data, _ = self.client.get(self._position_path(component))
+            data, _ = zk_call(self.client, self.client.get_async,
+                              self._position_path(component))
         except NoNodeError:
             return None
         return ZkPosition(**json.loads(data))
 
 
 def connect(hosts: str, timeout: float) -> KazooClient:
-    """A started kazoo client (raises kazoo's timeout error if ZooKeeper is unreachable)."""
-    client = KazooClient(hosts=hosts, timeout=timeout)
+    """A started kazoo client (raises kazoo's timeout error if ZooKeeper is unreachable).
+
+    It reconnects at most 2 s apart: kazoo's default backoff grows to an hour, so after an
+    outage longer than the session timeout the client would come back too late and lose a
+    session (locks, ephemeral nodes) that ZooKeeper still kept for it.
+    """
+    retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=2.0)
+    client = KazooClient(hosts=hosts, timeout=timeout, connection_retry=retry)
     client.start(timeout=timeout)
     return client
 
+
+
+class ZkHealth:
+    """Whether a client is connected to ZooKeeper, and how often it lost the connection.
+
+    A lost connection is not a lost session: ZooKeeper keeps the session (and its locks and
+    ephemeral nodes) for its timeout, so a process rides out a short outage and only stops
+    leading when the session itself expires.
+    """
+
+    def __init__(self, client: KazooClient) -> None:
+        self.connected = client.connected
+        self.disconnects = 0
+        self._since: float | None = None if self.connected else time.monotonic()
+        self._seconds = 0.0
+        self._closing = False
+        self._lock = threading.Lock()
+        client.add_listener(self._changed)
+
+    def closing(self) -> None:
+        """The client is being stopped on purpose: its end is not an outage."""
+        self._closing = True
+
+    def _changed(self, state: str) -> None:
+        if self._closing:
+            return
+        with self._lock:
+            if state == KazooState.CONNECTED:
+                if self._since is not None:
+                    self._seconds += time.monotonic() - self._since
+                    self._since = None
+                    log.info("ZooKeeper connection back")
+                self.connected = True
+            elif self.connected:
+                self.connected = False
+                self.disconnects += 1
+                self._since = time.monotonic()
+                log.warning("ZooKeeper connection %s; replication goes on, mirrors and "
+                            "status wait for it", state)
+
+    def seconds_disconnected(self) -> float:
+        """Total time without a ZooKeeper connection since this object was made."""
+        with self._lock:
+            current = time.monotonic() - self._since if self._since is not None else 0.0
+            return self._seconds + current
 
 
 def flag_session_loss(client: KazooClient) -> threading.Event:
@@ -128,7 +204,12 @@ class Leadership:
         self._lock: Lock | None = None
 
     def acquire(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the lock; True once it is held."""
+        """Wait up to ``timeout`` seconds for the lock; True once it is held.
+
+        ConnectionLoss at once while ZooKeeper is away (nobody can take the lock then).
+        """
+        if not self.client.connected:
+            raise ConnectionLoss("no connection to ZooKeeper")
         if self._lock is None:
             # A new lock node, in the current session: forget losses of earlier ones.
             self.lost.clear()
@@ -143,6 +224,19 @@ class Leadership:
         lock, self._lock = self._lock, None
         if lock is None:
             return
+        if not self.client.connected:
+            # kazoo would wait here for ZooKeeper to come back: release in the background
+            # instead (a session that expired meanwhile has taken the node already).
+            log.info("releasing %s once ZooKeeper answers", self.path)
+            threading.Thread(target=self._release_later, args=(lock,), daemon=True,
+                             name=f"release {self.path}").start()
+            return
+        try:
+            lock.release()
+        except KazooException as exc:
+            log.debug("releasing %s: %s", self.path, exc)
+
+    def _release_later(self, lock: Lock) -> None:
         try:
             lock.release()
         except KazooException as exc:
@@ -151,6 +245,10 @@ class Leadership:
     def still_held(self) -> bool:
         """Whether ZooKeeper still lists this process first among the contenders."""
         if self.lost.is_set() or self._lock is None:
+            return False
+        if not self.client.connected:
+            # Unknown: a writer that cannot confirm its lock stops writing and takes the
+            # lock again once ZooKeeper answers.
             return False
         try:
             contenders = self._lock.contenders()

@@ -7,12 +7,15 @@ the same service, so a stale extractor that lost its lock can no longer write th
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from thl_topics.codec import ThlCodec
 from thl_topics.errors import ThlError, ThlUnavailable, is_passing
 from thl_topics.event import ThlEvent
+from thl_topics.reader import client_settings
 from thl_topics.records import record_headers, record_key
 
 log = logging.getLogger(__name__)
@@ -29,7 +32,7 @@ class ProducerFenced(ThlError):
 class ThlProducer:
     """Publishes THL events to partition 0 of the THL topic inside Kafka transactions."""
 
-    def __init__(self, bootstrap: str, topic: str, transactional_id: str, *,
+    def __init__(self, kafka: str | Mapping[str, Any], topic: str, transactional_id: str, *,
                  codec: ThlCodec | None = None, max_message_bytes: int = 8 << 20,
                  timeout: float = 60.0) -> None:
         self.topic = topic
@@ -37,7 +40,7 @@ class ThlProducer:
         self.timeout = timeout
         self._errors: list[KafkaError] = []
         self._producer = Producer({
-            "bootstrap.servers": bootstrap,
+            **client_settings(kafka),
             "transactional.id": transactional_id,
             "enable.idempotence": True,
             "acks": "all",

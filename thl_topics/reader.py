@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -23,18 +24,21 @@ class ThlRecord:
     fragno: int
     event: ThlEvent | None
     error: ThlDecodeError | None = None
+    #: Encoded size of the record's value, bytes.
+    size: int = 0
 
 
 class ThlReader:
     """A read-only, group-less view of one THL topic (partition 0, read_committed)."""
 
-    def __init__(self, bootstrap: str, topic: str, codec: ThlCodec | None = None,
-                 poll_timeout: float = 5.0) -> None:
+    def __init__(self, kafka: str | Mapping[str, Any], topic: str,
+                 codec: ThlCodec | None = None, poll_timeout: float = 5.0) -> None:
+        """``kafka``: bootstrap servers, or librdkafka settings (security included)."""
         self.topic = topic
         self.codec = codec or ThlCodec()
         self.poll_timeout = poll_timeout
         self._consumer = Consumer({
-            "bootstrap.servers": bootstrap,
+            **client_settings(kafka),
             # librdkafka wants a group id even for assign(); nothing is ever committed.
             "group.id": f"thl-reader-{uuid.uuid4()}",
             "enable.auto.commit": False,
@@ -151,18 +155,19 @@ class ThlReader:
     def to_record(self, msg: Message) -> ThlRecord:
         """Decode one Kafka message of the THL topic."""
         offset = _offset(msg)
+        size = len(msg.value() or b"")
         try:
             seqno, fragno = parse_key(msg.key() or b"")
         except (ValueError, UnicodeDecodeError):
             err = ThlDecodeError(f"bad record key {msg.key()!r}", topic=self.topic,
                                  partition=0, offset=offset)
-            return ThlRecord(offset, -1, -1, None, err)
+            return ThlRecord(offset, -1, -1, None, err, size)
         try:
             event = self.codec.decode(msg.value(), topic=self.topic, partition=0,
                                       offset=offset)
         except ThlDecodeError as exc:
-            return ThlRecord(offset, seqno, fragno, None, exc)
-        return ThlRecord(offset, seqno, fragno, event)
+            return ThlRecord(offset, seqno, fragno, None, exc, size)
+        return ThlRecord(offset, seqno, fragno, event, None, size)
 
     def tail(self) -> ThlRecord | None:
         """The last record of the topic, or None if it is empty."""
@@ -181,6 +186,11 @@ class ThlReader:
                 return None
             step *= 4
         return None
+
+def client_settings(kafka: str | Mapping[str, Any]) -> dict[str, Any]:
+    """librdkafka settings from bootstrap servers or from a settings mapping."""
+    return {"bootstrap.servers": kafka} if isinstance(kafka, str) else dict(kafka)
+
 
 def _offset(msg: Message) -> int:
     """A fetched record always has an offset; the stubs allow None for produced ones."""

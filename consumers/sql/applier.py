@@ -4,44 +4,51 @@ Row changes become INSERT/UPDATE/DELETE through SQLAlchemy Core; consecutive row
 table, action and column layout go to the driver as one executemany. Statement events are
 replayed on MySQL-family targets only, inside the session OPTIONS they carry. The tracking
 schema ``tungsten_<service>`` lives on the target, and ``trep_commit_seqno`` is written in
-the same transaction as the data it covers.
+the same transaction as the data it covers (atomicity: transactional).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
+from consumers.applier import Atomicity, BlockLimits, Capabilities, StatementPolicy
 from consumers.errors import DataError, PositionConflict, TransientError
+from consumers.heartbeat import Heartbeat
+from consumers.position import Position
+from consumers.registry import ApplierContext
+from consumers.sql.config import MYSQL_FAMILY, SqlTarget
+from consumers.sql.errors import (
+    DDL_ALREADY_DONE,
+    UNKNOWN_DATABASE,
+    classify,
+    mysql_code,
+)
 from consumers.sql.statements import RowStatements, TargetTable, bind_rows, statement_for
-from consumers.sql.values import adapt_row
-from replicator.config import ConsumerConfig
-from replicator.filters import ReplicateFilter
-from replicator.tracking import CommitSeqno, CommitSeqnoTable, PositionMoved, tracking_metadata
+from consumers.sql.types import adapt_row
+from replicator import crashpoints
+from replicator.sql_names import is_database_statement, is_transactional
+from replicator.tracking import (
+    CommitSeqno,
+    CommitSeqnoTable,
+    PositionMoved,
+    audit_table,
+    tracking_metadata,
+)
 from thl_topics.event import ColumnSpec, RowAction, RowChange, Statement, ThlEvent
-from thl_topics.values import from_thl
 
 log = logging.getLogger(__name__)
 
-_MYSQL = ("mysql", "mariadb")
-#: Statements that change data inside a transaction; anything else (DDL) commits implicitly.
-_DML = re.compile(r"^\s*(?:/\*.*?\*/\s*)*(INSERT|UPDATE|DELETE|REPLACE|LOAD|SELECT|SET|DO|CALL)\b",
-                  re.IGNORECASE | re.DOTALL)
-_DATABASE_DDL = re.compile(r"^\s*(?:/\*.*?\*/\s*)*(?:CREATE|DROP|ALTER)\s+(?:DATABASE|SCHEMA)\b",
-                           re.IGNORECASE | re.DOTALL)
-#: MySQL errors of a DDL replayed after a crash between it and its position write.
-_DDL_ALREADY_DONE = {1007, 1008, 1050, 1051, 1060, 1061, 1091}
-#: MySQL errors that say the connection or the server went away, or a retryable conflict.
-_MYSQL_TRANSIENT = {1040, 1053, 1205, 1213, 2002, 2003, 2006, 2013, 2055}
 _HEARTBEAT = "heartbeat"
 #: Source SQL goes to the driver as is: no parameters, so no %-formatting of its text.
 _RAW = {"no_parameters": True}
+_SESSION_VARIABLES = ("sql_mode", "foreign_key_checks", "unique_checks",
+                      "character_set_client", "collation_connection")
 
 
 @dataclass
@@ -65,24 +72,24 @@ def _names(specs: list[ColumnSpec]) -> tuple[tuple[str, bool], ...]:
 class SqlApplier:
     """Applies THL events to one SQL database through one connection."""
 
-    def __init__(self, cfg: ConsumerConfig, tracking_schema: str, batch_rows: int = 1000
-                 ) -> None:
+    def __init__(self, cfg: SqlTarget, ctx: ApplierContext) -> None:
         self.cfg = cfg
         self.url = cfg.engine_url()
         self.target = self.url.render_as_string(hide_password=True)
         self.dialect = self.url.get_backend_name()
-        self.tracking_schema = tracking_schema
-        self.tracking = CommitSeqnoTable(tracking_schema)
-        self.heartbeat_table = tracking_metadata(tracking_schema).tables[
-            f"{tracking_schema}.{_HEARTBEAT}"]
-        self.statements_mode = cfg.statements or ("apply" if self.dialect in _MYSQL
-                                                  else "error")
-        if self.statements_mode == "apply" and self.dialect not in _MYSQL:
+        self.tracking_schema = ctx.tracking_schema
+        self.tracking = CommitSeqnoTable(self.tracking_schema)
+        self.heartbeat_table = tracking_metadata(self.tracking_schema).tables[
+            f"{self.tracking_schema}.{_HEARTBEAT}"]
+        self.audit = audit_table(self.tracking_schema) if cfg.audit_seqnos else None
+        statements = cfg.statements or ("apply" if self.dialect in MYSQL_FAMILY else "error")
+        if statements == "apply" and self.dialect not in MYSQL_FAMILY:
             raise ValueError(f"statements: apply works on MySQL/MariaDB targets only, not "
                              f"{self.dialect} ({self.target}); use skip or error")
-        self.filter = ReplicateFilter(cfg.filters.replicate, cfg.filters.ignore)
+        self.capabilities = Capabilities(
+            atomicity=Atomicity.TRANSACTIONAL, statements=StatementPolicy(statements),
+            keyless_tables=True, block=BlockLimits(events=10, ms=500))
         self.builder = RowStatements(self.dialect)
-        self.batch_rows = batch_rows
         self._engine: sa.Engine | None = None
         self._conn: sa.Connection | None = None
         self._txn: sa.RootTransaction | None = None
@@ -90,6 +97,8 @@ class SqlApplier:
         self._stmts: dict[tuple[object, ...], Any] = {}
         self._batch: _Batch | None = None
         self._session_defaults: dict[str, Any] = {}
+        #: Seqnos of the open block (for the audit table).
+        self._seqnos: list[int] = []
         #: The first seqno after a (re)connect may replay a DDL that already ran.
         self._replaying = False
         #: The seqno stored on the target as this applier last read (position), cleared
@@ -109,10 +118,10 @@ class SqlApplier:
             raise RuntimeError("not connected: connect() first")
         return self._engine
 
-    def _open_txn(self) -> sa.RootTransaction:
-        if self._txn is None:
-            raise RuntimeError("no open block: begin() first")
-        return self._txn
+    def _classify(self, exc: sa_exc.DBAPIError, doing: str, seqno: int = -1
+                  ) -> TransientError | DataError:
+        return classify(exc, self.target, doing, postgres=self.dialect == "postgresql",
+                        seqno=seqno)
 
     # -- connection -------------------------------------------------------------------------
 
@@ -123,26 +132,32 @@ class SqlApplier:
         try:
             with self._eng.begin() as conn:
                 self.tracking.create(conn)
+                if self.audit is not None:
+                    self.audit.create(conn, checkfirst=True)
         except sa_exc.DBAPIError as exc:
             raise self._classify(exc, "creating the tracking schema") from exc
         self._replaying = True
 
     def _connect_args(self) -> dict[str, Any]:
-        if self.dialect in _MYSQL:
+        if self.dialect in MYSQL_FAMILY:
             return {"connect_args": {"charset": "utf8mb4", "connect_timeout": 10,
                                      "init_command": "SET time_zone = '+00:00'"}}
         if self.dialect == "postgresql":
             return {"connect_args": {"connect_timeout": 10, "options": "-c timezone=UTC"}}
         return {}
 
-    def position(self) -> CommitSeqno | None:
+    def position(self) -> Position | None:
         try:
             with self._eng.connect() as conn:
-                pos = self.tracking.read(conn)
+                row = self.tracking.read(conn)
         except sa_exc.DBAPIError as exc:
             raise self._classify(exc, "reading trep_commit_seqno") from exc
-        self._expected = pos.seqno if pos else None
-        return pos
+        self._expected = row.seqno if row else None
+        if row is None:
+            return None
+        return Position(seqno=row.seqno, epoch=row.epoch, event_id=row.eventid,
+                        source_id=row.source_id, fragno=row.fragno, last_frag=row.last_frag,
+                        shard_id=row.shard_id)
 
     def reset(self) -> None:
         try:
@@ -160,22 +175,15 @@ class SqlApplier:
 
     # -- blocks -----------------------------------------------------------------------------
 
-    def isolates(self, event: ThlEvent) -> bool:
-        return self.statements_mode == "apply" and any(
-            isinstance(item, Statement) and not _DML.match(item.sql) for item in event.data)
-
     def begin(self) -> None:
+        self._seqnos = []
         try:
             self._conn = self._eng.connect()
             self._txn = self._conn.begin()
-            if not self._session_defaults and self.dialect in _MYSQL:
+            if not self._session_defaults and self.dialect in MYSQL_FAMILY:
                 row = self._db.execute(sa.text(
-                    "SELECT @@session.sql_mode, @@session.foreign_key_checks, "
-                    "@@session.unique_checks, @@session.character_set_client, "
-                    "@@session.collation_connection")).one()
-                self._session_defaults = dict(zip(
-                    ("sql_mode", "foreign_key_checks", "unique_checks",
-                     "character_set_client", "collation_connection"), row, strict=True))
+                    "SELECT " + ", ".join(f"@@session.{v}" for v in _SESSION_VARIABLES))).one()
+                self._session_defaults = dict(zip(_SESSION_VARIABLES, row, strict=True))
             # Lock the position row for the block: a second writer of this position waits
             # here, then finds the position moved, before it applies anything.
             stored = self.tracking.lock(self._db)
@@ -189,44 +197,63 @@ class SqlApplier:
     def apply(self, event: ThlEvent) -> None:
         for item in event.data:
             if isinstance(item, RowChange):
-                if item.schema == self.tracking_schema:
-                    if item.table == _HEARTBEAT:
-                        self._heartbeat(item)
-                    continue
-                if self.filter.keeps(item.schema, item.table):
-                    self._rows(item, event)
-            elif self.filter.keeps_item(item):
+                self._rows(item, event)
+            else:
                 self._statement(item, event)
+        if event.last_frag:
+            self._seqnos.append(event.seqno)
 
-    def skip(self, event: ThlEvent) -> None:
-        log.warning("%s: seqno %d skipped (%s): its data is not applied", self.target,
-                    event.seqno, event.event_id)
+    def heartbeat(self, beat: Heartbeat) -> None:
+        """Upsert the heartbeat row with this target's arrival time and lag."""
+        self._flush()
+        t = self.heartbeat_table
+        naive = (beat.source_tstamp.astimezone(dt.UTC).replace(tzinfo=None)
+                 if beat.source_tstamp else None)
+        values = {"id": beat.id, "seqno": beat.seqno, "eventid": beat.event_id,
+                  "source_tstamp": naive,
+                  "target_tstamp": beat.target_tstamp.astimezone(dt.UTC).replace(tzinfo=None),
+                  "lag_millis": beat.lag_millis, "salt": beat.salt, "name": beat.name}
+        try:
+            done = self._db.execute(sa.update(t).where(t.c.id == beat.id).values(values))
+            if done.rowcount == 0:
+                self._db.execute(sa.insert(t).values(values))
+        except sa_exc.DBAPIError as exc:
+            raise self._classify(exc, "recording a heartbeat") from exc
 
-    def commit(self, last: ThlEvent) -> None:
+    def commit(self, position: Position) -> None:
         txn = self._open_txn()
         now = dt.datetime.now(dt.UTC)
-        source_time = dt.datetime.fromtimestamp(last.tstamp / 1e6, dt.UTC)
-        pos = CommitSeqno(
-            seqno=last.seqno, epoch=last.epoch, eventid=last.event_id,
-            source_id=last.source_id, shard_id=last.shard_id, fragno=last.fragno,
-            last_frag=last.last_frag,
+        source_time = dt.datetime.fromtimestamp(position.tstamp / 1e6, dt.UTC)
+        row = CommitSeqno(
+            seqno=position.seqno, epoch=position.epoch, eventid=position.event_id,
+            source_id=position.source_id, shard_id=position.shard_id,
+            fragno=position.fragno, last_frag=position.last_frag,
             applied_latency=max(0, int((now - source_time).total_seconds())),
             extract_timestamp=source_time.replace(tzinfo=None))
         try:
             self._flush()
-            self.tracking.advance(self._db, pos, self._expected)
+            if self.audit is not None and self._seqnos:
+                self._db.execute(sa.insert(self.audit), [
+                    {"seqno": s, "applied_at": now.replace(tzinfo=None)} for s in self._seqnos])
+            crashpoints.reached("apply-before-position")
+            self.tracking.advance(self._db, row, self._expected)
             txn.commit()
         except PositionMoved as exc:
             self.rollback()
-            raise self._conflict(exc, seqno=last.seqno) from exc
+            raise self._conflict(exc, seqno=position.seqno) from exc
         except sa_exc.DBAPIError as exc:
             self.rollback()
-            raise self._classify(exc, f"committing up to seqno {last.seqno}",
-                                 seqno=last.seqno) from exc
+            raise self._classify(exc, f"committing up to seqno {position.seqno}",
+                                 seqno=position.seqno) from exc
         finally:
             self._end()
-        self._expected = last.seqno
+        self._expected = position.seqno
         self._replaying = False
+
+    def _open_txn(self) -> sa.RootTransaction:
+        if self._txn is None:
+            raise RuntimeError("no open block: begin() first")
+        return self._txn
 
     def _conflict(self, exc: PositionMoved, seqno: int = -1) -> PositionConflict:
         return PositionConflict(
@@ -262,11 +289,10 @@ class SqlApplier:
             try:
                 columns = inspector.get_columns(table, schema=schema)
             except sa_exc.NoSuchTableError:
-                raise DataError(f"table {schema}.{table} does not exist on {self.target}; "
-                                "create it there (statements are not applied to this target)"
-                                if self.statements_mode != "apply" else
-                                f"table {schema}.{table} does not exist on {self.target}"
-                                ) from None
+                hint = "" if self.capabilities.statements is StatementPolicy.APPLY else (
+                    "; create it there (statements are not applied to this target)")
+                raise DataError(f"table {schema}.{table} does not exist on {self.target}"
+                                + hint) from None
             found = TargetTable(
                 schema, table, {self._column_name(c["name"]): c["type"] for c in columns},
                 {self._column_name(c["name"]): bool(c["computed"].get("persisted", True))
@@ -277,7 +303,7 @@ class SqlApplier:
     def _column_name(self, reflected: str) -> str:
         # SQLAlchemy's MySQL reflection parses SHOW CREATE TABLE and keeps a backtick inside
         # a name doubled (`back``tick` comes back as "back``tick").
-        return reflected.replace("``", "`") if self.dialect in _MYSQL else reflected
+        return reflected.replace("``", "`") if self.dialect in MYSQL_FAMILY else reflected
 
     def _rows(self, change: RowChange, event: ThlEvent) -> None:
         target = self._table(change.schema, change.table)
@@ -303,7 +329,7 @@ class SqlApplier:
         else:
             self._flush()
             self._batch = batch
-        if len(self._batch.params) >= self.batch_rows:
+        if len(self._batch.params) >= self.cfg.batch_rows:
             self._flush()
 
     def _flush(self) -> None:
@@ -327,17 +353,9 @@ class SqlApplier:
                 f"{result.rowcount} of {len(batch.params)} row(s): the target has diverged "
                 "from the source")
 
-    # -- statements -------------------------------------------------------------------------
+    # -- statements (policy apply: MySQL-family targets) -------------------------------------
 
     def _statement(self, stmt: Statement, event: ThlEvent) -> None:
-        if self.statements_mode == "skip":
-            log.debug("%s: statement of seqno %d skipped", self.target, event.seqno)
-            return
-        if self.statements_mode == "error":
-            raise DataError(
-                f"seqno {event.seqno} holds a statement event, which {self.dialect} target "
-                f"{self.target} cannot run: {stmt.sql[:200]!r}. Set `statements: skip` for "
-                "this consumer to ignore statements (create tables on the target yourself).")
         self._flush()
         self._tables.clear()
         self._stmts.clear()
@@ -345,16 +363,16 @@ class SqlApplier:
             self._session(stmt.options)
             # CREATE/DROP DATABASE x is logged with x as its default schema, which the
             # target may not have (yet, or any more).
-            if stmt.default_schema and not _DATABASE_DDL.match(stmt.sql):
+            if stmt.default_schema and not is_database_statement(stmt.sql):
                 self._db.exec_driver_sql(f"USE {self._quote(stmt.default_schema)}",
                                            execution_options=_RAW)
             self._db.exec_driver_sql(stmt.sql, execution_options=_RAW)
         except sa_exc.DBAPIError as exc:
-            code = _mysql_code(exc)
-            if self._replaying and code in _DDL_ALREADY_DONE:
+            code = mysql_code(exc)
+            if self._replaying and code in DDL_ALREADY_DONE:
                 log.warning("%s: seqno %d replays a statement that already ran before a "
                             "restart (%s); going on", self.target, event.seqno, exc.orig)
-            elif code == 1049 and stmt.default_schema:
+            elif code == UNKNOWN_DATABASE and stmt.default_schema:
                 raise DataError(f"default schema {stmt.default_schema} of seqno {event.seqno} "
                                 f"does not exist on {self.target}") from exc
             else:
@@ -364,11 +382,13 @@ class SqlApplier:
                 self._session(self._session_defaults, restore=True)
             except sa_exc.DBAPIError as exc:
                 log.debug("restoring the session: %s", exc)
+        if not is_transactional(stmt.sql):
+            # MySQL committed the DDL by itself: the position is not written yet.
+            crashpoints.reached("apply-after-ddl")
 
     def _session(self, options: dict[str, Any], restore: bool = False) -> None:
         sets = []
-        for name in ("sql_mode", "foreign_key_checks", "unique_checks",
-                     "character_set_client", "collation_connection"):
+        for name in _SESSION_VARIABLES:
             value = options.get(name)
             if value is None:
                 continue
@@ -383,67 +403,6 @@ class SqlApplier:
 
     def _quote(self, name: str) -> str:
         return str(self._db.dialect.identifier_preparer.quote_identifier(name))
-
-    # -- heartbeats -------------------------------------------------------------------------
-
-    def _heartbeat(self, change: RowChange) -> None:
-        """Record a source heartbeat with this target's arrival time and lag."""
-        if change.action is RowAction.DELETE:
-            return
-        self._flush()
-        now = dt.datetime.now(dt.UTC)
-        t = self.heartbeat_table
-        for raw in change.column_values:
-            row = {spec.name: from_thl(spec, value)
-                   for spec, value in zip(change.column_specs, raw, strict=True)}
-            source = row.get("source_tstamp")
-            lag = None
-            if isinstance(source, dt.datetime):
-                source = source if source.tzinfo else source.replace(tzinfo=dt.UTC)
-                lag = int((now - source).total_seconds() * 1000)
-                row["source_tstamp"] = source.astimezone(dt.UTC).replace(tzinfo=None)
-            values = {c.name: row.get(c.name) for c in t.c}
-            values.update(target_tstamp=now.replace(tzinfo=None), lag_millis=lag)
-            try:
-                done = self._db.execute(sa.update(t).where(t.c.id == values["id"])
-                                          .values(values))
-                if done.rowcount == 0:
-                    self._db.execute(sa.insert(t).values(values))
-            except sa_exc.DBAPIError as exc:
-                raise self._classify(exc, "recording a heartbeat") from exc
-
-    # -- errors -----------------------------------------------------------------------------
-
-    def _classify(self, exc: sa_exc.DBAPIError, doing: str, seqno: int = -1
-                  ) -> TransientError | DataError:
-        """Connection trouble is transient; anything the target says about data is not."""
-        message = f"{self.target}: {doing}: {_first_line(exc)}"
-        code = _mysql_code(exc)
-        if exc.connection_invalidated or isinstance(exc, sa_exc.InterfaceError) \
-                or code in _MYSQL_TRANSIENT or _pg_transient(exc):
-            return TransientError(message, seqno=seqno)
-        if isinstance(exc, sa_exc.OperationalError) and code is None and \
-                self.dialect not in ("postgresql",):
-            return TransientError(message, seqno=seqno)
-        return DataError(message, seqno=seqno)
-
-
-def _mysql_code(exc: sa_exc.DBAPIError) -> int | None:
-    args = getattr(exc.orig, "args", ())
-    return args[0] if args and isinstance(args[0], int) else None
-
-
-def _pg_transient(exc: sa_exc.DBAPIError) -> bool:
-    state = getattr(exc.orig, "sqlstate", None)
-    # 08: connection exception; 57P: operator intervention (shutdown); 40: rollbacks
-    # (serialization failure, deadlock); 53: insufficient resources.
-    if not isinstance(state, str):
-        return False
-    return state[:2] in ("08", "40", "53") or state.startswith("57P")
-
-
-def _first_line(exc: sa_exc.DBAPIError) -> str:
-    return str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
 
 
 def _sql_string(text: str) -> str:

@@ -25,7 +25,7 @@ class TargetTable:
     """A target table as the applier binds to it: quoted names, no type processing.
 
     Columns are typeless (``NullType``) on purpose: values are adapted to the target's
-    reflected types by ``consumers.sql.values`` and reach the driver unchanged.
+    reflected types by ``consumers.sql.types`` and reach the driver unchanged.
     """
 
     schema: str | None

@@ -8,6 +8,7 @@ with the stack's one-line error: integration tests never skip.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -82,3 +83,12 @@ def ferretdb() -> Any:
 @pytest.fixture(scope="session")
 def spark() -> Any:
     return _serve("spark")
+
+
+@pytest.fixture
+def unused_port() -> int:
+    """A TCP port nothing listens on at the moment (for a metrics endpoint)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port

@@ -19,9 +19,8 @@ import yaml
 from confluent_kafka.admin import AdminClient
 
 from extractor.service import Extractor
-from replicator.config import MetricsConfig, ReplicatorConfig, load_config
+from replicator.config import MetricsConfig
 from replicator.control import ComponentNodes
-from replicator.runner import Runner
 from replicator.zk import connect
 from stack.service import Service
 from stack.services.mariadb import MariaDB
@@ -30,6 +29,8 @@ from stack.settings import REPO_ROOT
 from thl_topics.errors import ThlTopicMissing
 from thl_topics.event import RowChange
 from thl_topics.reader import ThlReader
+from trep.config import ServiceConfig, load_config
+from trep.runner import Runner
 
 from ..processes import kill_leftovers
 
@@ -38,7 +39,12 @@ class Replication:
     """One service: its own schema on every server, THL topic, tracking schema and znodes."""
 
     def __init__(self, tmp_path: Path, source: MariaDB, target: MariaDB, pg: PostgreSQL,
-                 kafka: Service, zookeeper: Service, **consumer: Any) -> None:
+                 kafka: Service, zookeeper: Service, *,
+                 mariadb_target: dict[str, Any] | None = None,
+                 pg_target: dict[str, Any] | None = None, **consumer: Any) -> None:
+        """``consumer``: runtime settings of both groups; ``*_target``: target settings."""
+        mariadb_target = mariadb_target or {}
+        pg_target = pg_target or {}
         self.name = f"r{uuid.uuid4().hex[:10]}"
         self.schema = f"src_{self.name}"
         self.source, self.target, self.pg = source, target, pg
@@ -50,19 +56,22 @@ class Replication:
             "service": self.name,
             "kafka": {"bootstrap_servers": f"127.0.0.1:{kafka.port}"},
             "zookeeper": {"hosts": f"127.0.0.1:{zookeeper.port}"},
-            "extractor": {"source": {"host": "127.0.0.1", "port": source.port,
-                                     "user": "root", "password": ""},
-                          "server_id": 3000 + int(self.name[1:5], 16) % 5000,
+            "source": {"host": "127.0.0.1", "port": source.port, "user": "root",
+                       "password": ""},
+            "extractor": {"server_id": 3000 + int(self.name[1:5], 16) % 5000,
                           "filters": {"replicate": [f"{self.schema}.*"]},
                           "batch_ms": 20},
             "consumers": {
-                "mariadb": {"url": f"mysql+pymysql://root@127.0.0.1:{target.port}/",
+                "mariadb": {"target": {"type": "sql", **mariadb_target,
+                                       "url": f"mysql+pymysql://root@127.0.0.1:{target.port}/"},
                             **common},
-                "pg": {"url": f"postgresql+psycopg://postgres@127.0.0.1:{pg.port}/postgres",
-                       "statements": "skip", **common},
+                "pg": {"target": {"type": "sql", "statements": "skip", **pg_target,
+                                  "url": f"postgresql+psycopg://postgres@127.0.0.1:{pg.port}"
+                                         "/postgres"},
+                       **common},
             },
         }))
-        self.cfg: ReplicatorConfig = load_config(self.config_path)
+        self.cfg: ServiceConfig = load_config(self.config_path)
         self.src(f"CREATE DATABASE {self.schema}",
                  f"CREATE TABLE {self.schema}.ready (n INT AUTO_INCREMENT PRIMARY KEY)")
         self.tgt(f"CREATE DATABASE {self.schema}")
@@ -131,7 +140,7 @@ class Replication:
     def start_extractor(self) -> None:
         """A fresh extractor thread in the running runner."""
         assert self.runner is not None
-        ex = self.runner.extractor = Extractor(self.cfg)
+        ex = self.runner.extractor = Extractor(self.cfg, self.cfg.extractor)
         self.runner._spawn("extractor", ex.run)
         self.wait_extractor(ex)
 
@@ -156,7 +165,7 @@ class Replication:
         """``trep-run`` in its own process (for kill tests), logging to ``log_path``."""
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
         with self.log_path.open("ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "replicator.runner", "-c",
+            proc = subprocess.Popen([sys.executable, "-m", "trep.runner", "-c",
                                      str(self.config_path), *args], stdout=log, stderr=log,
                                     env=env, cwd=REPO_ROOT)
         self.procs.append(proc)
@@ -164,7 +173,7 @@ class Replication:
 
     def trepctl(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-        return subprocess.run([sys.executable, "-m", "replicator.cli.trepctl", "-c",
+        return subprocess.run([sys.executable, "-m", "trep.trepctl", "-c",
                                str(self.config_path), *args], capture_output=True, text=True,
                               env=env, cwd=REPO_ROOT, input=input, timeout=120, check=False)
 

@@ -7,8 +7,10 @@ The source and Kafka tests restart a shared server of the session; each restores
 
 from __future__ import annotations
 
+import re
 import signal
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -169,5 +171,73 @@ def test_runner_paused_past_its_zookeeper_session_takes_everything_back(
         assert "waiting to lead again" in rep.log_path.read_text()
     finally:
         proc.send_signal(signal.SIGCONT)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, rep.log_path.read_text()[-3000:]
+
+
+def _target_seqnos(rep: Replication) -> tuple[int, int]:
+    """The seqnos stored in trep_commit_seqno on MariaDB and PostgreSQL (-1: none yet)."""
+    t = rep.cfg.tracking_schema
+    maria = rep.tgt(f"SELECT MAX(seqno) FROM {t}.trep_commit_seqno")[0][0]
+    pg = rep.pgsql(f'SELECT MAX(seqno) FROM "{t}".trep_commit_seqno')[0][0]
+    return (-1 if maria is None else maria, -1 if pg is None else pg)
+
+
+def test_zookeeper_down_for_thirty_seconds_under_load_apply_goes_on(
+        replication: Replication, unused_port: int) -> None:
+    """ZooKeeper is the control plane, not the position of record: while it is away the
+    extractor extracts and every group applies; afterwards both report the outage in their
+    status and in metrics, and nothing was lost or applied twice."""
+    rep = replication
+    data = yaml.safe_load(rep.config_path.read_text())
+    data["metrics"] = {"port": unused_port}
+    rep.config_path.write_text(yaml.safe_dump(data))
+    proc = rep.spawn()
+    zookeeper = services.get("zookeeper")
+    try:
+        _until("extractor ONLINE", lambda: _extractor_status(rep).get("state") == "ONLINE", 90)
+        create_tables(rep, (ACCOUNTS_MYSQL, ACCOUNTS_PG), (NOPK_MYSQL, NOPK_PG))
+        rep.wait_source_applied()
+        work = MixedWorkload(rep.source.port, rep.schema, seed=53, rate=100)
+        work.start()
+        try:
+            time.sleep(2)
+            zookeeper.stop()
+            during = _target_seqnos(rep)
+            time.sleep(30)
+            after = _target_seqnos(rep)
+            # Apply went on without ZooKeeper, on both targets.
+            assert after[0] > during[0] + 100 and after[1] > during[1] + 100, (during, after)
+            assert proc.poll() is None, rep.log_path.read_text()[-3000:]
+        finally:
+            if not zookeeper.running():
+                zookeeper.start()
+            committed = work.stop()
+        assert committed > 1000
+        rep.wait_source_applied(timeout=300)
+        for group in ("mariadb", "pg"):
+            def reported(g: str = group) -> bool:
+                return bool(rep.status(g).get("zookeeperDisconnects", 0) >= 1)
+            _until(f"{group} reports the outage", reported, 60)
+            assert rep.status(group)["state"] == "ONLINE"
+        _until("extractor reports the outage",
+               lambda: _extractor_status(rep).get("zookeeperDisconnects", 0) >= 1, 60)
+        assert _extractor_status(rep)["state"] == "ONLINE"
+        with urllib.request.urlopen(f"http://127.0.0.1:{unused_port}/metrics",
+                                    timeout=10) as resp:
+            metrics = resp.read().decode()
+        for component in ("consumers", "extractor"):
+            found = re.search(r'trep_zookeeper_disconnects_total\{component="' + component
+                              + r'",service="[^"]+"\} (\d+)', metrics)
+            assert found and int(found.group(1)) >= 1, metrics
+            assert re.search(r'trep_zookeeper_connected\{component="' + component
+                             + r'",service="[^"]+"\} 1\.0', metrics), metrics
+        assert _assert_thl_exact(rep) > 1000
+        assert compare(rep, "nopk", NOPK_NAMES, "a, b, c") > 5
+        assert compare(rep, "accounts", ACCOUNTS_NAMES, "id") > 10
+        assert proc.poll() is None
+    finally:
+        if not zookeeper.running():
+            zookeeper.start()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, rep.log_path.read_text()[-3000:]

@@ -12,23 +12,25 @@ import pytest
 import sqlalchemy as sa
 
 from consumers.errors import PositionConflict
+from consumers.position import Position
+from consumers.registry import ApplierContext
 from consumers.sql.applier import SqlApplier
-from replicator.config import ConsumerConfig
+from consumers.sql.config import SqlTarget
+from replicator.config import ServiceSettings
 from stack.services.mariadb import MariaDB
 from stack.services.postgresql import PostgreSQL
-from thl_topics.event import ThlEvent
 
 
-def _event(seqno: int) -> ThlEvent:
-    return ThlEvent(seqno=seqno, epoch=0, source_id="src", event_id=f"bin.000001:{seqno};0",
-                    shard_id="db", tstamp=int(time.time() * 1e6), data=[])
+def _event(seqno: int) -> Position:
+    return Position(seqno=seqno, epoch=0, source_id="src", event_id=f"bin.000001:{seqno};0",
+                    shard_id="db", tstamp=int(time.time() * 1e6))
 
 
 @pytest.fixture(params=["mariadb", "postgresql"])
 def target(request: pytest.FixtureRequest, mariadb_target: MariaDB,
            postgresql: PostgreSQL) -> Iterator[tuple[str, str]]:
     """A SQLAlchemy URL and a fresh tracking schema on it."""
-    schema = f"tungsten_g{uuid.uuid4().hex[:10]}"
+    schema = f"tungsten_g{uuid.uuid4().hex[:10]}"  # the tracking schema of service g...
     url = (f"mysql+pymysql://root@127.0.0.1:{mariadb_target.port}/"
            if request.param == "mariadb"
            else f"postgresql+psycopg://postgres@127.0.0.1:{postgresql.port}/postgres")
@@ -42,7 +44,8 @@ def target(request: pytest.FixtureRequest, mariadb_target: MariaDB,
 
 
 def _applier(url: str, schema: str) -> SqlApplier:
-    applier = SqlApplier(ConsumerConfig(url=url, statements="skip"), schema)
+    service = ServiceSettings(service=schema.removeprefix("tungsten_"))
+    applier = SqlApplier(SqlTarget(url=url, statements="skip"), ApplierContext(service, "g"))
     applier.connect()
     return applier
 

@@ -17,13 +17,13 @@ import pytest
 import yaml
 
 from extractor.service import Extractor
-from replicator.config import ReplicatorConfig, load_config
 from stack.service import Service
 from stack.services.mariadb import MariaDB
 from stack.settings import REPO_ROOT
 from thl_topics.errors import ThlTopicMissing
 from thl_topics.event import ThlEvent
 from thl_topics.reader import ThlReader
+from trep.config import ServiceConfig, load_config
 
 from ..processes import kill_leftovers
 
@@ -41,13 +41,13 @@ class ServiceUnderTest:
             "service": self.name,
             "kafka": {"bootstrap_servers": f"127.0.0.1:{kafka.port}"},
             "zookeeper": {"hosts": f"127.0.0.1:{zookeeper.port}"},
-            "extractor": {"source": {"host": "127.0.0.1", "port": source.port,
-                                     "user": "root", "password": ""},
-                          "server_id": 2000 + int(self.name[1:5], 16) % 5000,
+            "source": {"host": "127.0.0.1", "port": source.port, "user": "root",
+                       "password": ""},
+            "extractor": {"server_id": 2000 + int(self.name[1:5], 16) % 5000,
                           "filters": {"replicate": [f"{self.schema}.*"]},
                           **extractor},
         }))
-        self.cfg: ReplicatorConfig = load_config(self.config_path)
+        self.cfg: ServiceConfig = load_config(self.config_path)
         self.sql(f"CREATE DATABASE {self.schema}",
                  f"CREATE TABLE {self.schema}.ready (n INT AUTO_INCREMENT PRIMARY KEY)")
         self.log_path = tmp_path / f"{self.name}.log"
@@ -131,7 +131,7 @@ class ServiceUnderTest:
         return self.events()
 
     def start_thread(self) -> tuple[Extractor, threading.Thread]:
-        ex = Extractor(self.cfg)
+        ex = Extractor(self.cfg, self.cfg.extractor)
         errors: list[BaseException] = []
 
         def run() -> None:
@@ -149,7 +149,7 @@ class ServiceUnderTest:
         """An extractor in its own process (for kill tests), logging to ``log_path``."""
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
         with self.log_path.open("ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "extractor", "-c",
+            proc = subprocess.Popen([sys.executable, "-m", "trep.extract", "-c",
                                      str(self.config_path)], stdout=log, stderr=log,
                                     env=env, cwd=REPO_ROOT)
         self.procs.append(proc)

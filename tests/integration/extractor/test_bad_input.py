@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from confluent_kafka import Producer
 
 from extractor.errors import BinlogPurgedError
-from replicator.cli.thl import cli
 from thl_topics.records import record_key
+from trep.thl import cli
 
 from .conftest import ServiceUnderTest, wait_leading
 

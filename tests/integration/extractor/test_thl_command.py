@@ -6,8 +6,8 @@ import json
 
 from click.testing import CliRunner
 
-from replicator.cli.thl import cli
 from stack.service import Service
+from trep.thl import cli
 
 from .conftest import ServiceUnderTest
 

@@ -1,27 +1,46 @@
-"""The runtime's ordering logic with an in-memory log and target: blocks, fragments, gaps."""
+"""The runtime with an in-memory log and the fault-injecting memory applier: ordering, blocks,
+fragments, gaps, handshake, filters, heartbeats, statements, locks and ZooKeeper faults."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from kazoo.exceptions import ConnectionLoss
+
+from consumers.config import GroupConfig
 from consumers.errors import DataError, PositionConflict
+from consumers.memory.applier import MemoryApplier, MemoryStore
+from consumers.memory.config import MemoryTarget
+from consumers.position import Position
 from consumers.runtime import ConsumerRuntime, FeedSettings
-from replicator.config import ConsumerConfig
 from replicator.control import Desired
-from replicator.tracking import CommitSeqno
-from thl_topics.event import Statement, ThlEvent
+from thl_topics.event import ColumnSpec, RowAction, RowChange, Statement, ThlEvent
 from thl_topics.reader import ThlRecord
 
+TRACKING = "tungsten_t"
 
-def _rec(offset: int, seqno: int, fragno: int = 0, last: bool = True, epoch: int = 0
-         ) -> ThlRecord:
-    event = ThlEvent(seqno=seqno, epoch=epoch, source_id="s", event_id=f"f:{seqno};0",
+
+def _rec(offset: int, seqno: int, fragno: int = 0, last: bool = True, epoch: int = 0,
+         data: list[Any] | None = None) -> ThlRecord:
+    event = ThlEvent(seqno=seqno, epoch=epoch, source_id="s", event_id=f"f:{seqno}.{fragno};0",
                      shard_id="db", tstamp=0, fragno=fragno, last_frag=last,
-                     data=[Statement(f"-- {seqno}.{fragno}")])
-    return ThlRecord(offset, seqno, fragno, event)
+                     data=data if data is not None else [_row(seqno * 100 + fragno)])
+    return ThlRecord(offset, seqno, fragno, event, size=100)
+
+
+def _row(key: int, table: str = "t", schema: str = "db", keyed: bool = True) -> RowChange:
+    specs = [ColumnSpec(1, "id", "INT", primary_key=keyed), ColumnSpec(2, "v", "VARCHAR")]
+    return RowChange(RowAction.INSERT, schema, table, column_specs=specs,
+                     column_values=[[key, f"v{key}"]])
+
+
+def _stored(seqno: int, fragno: int = 0, epoch: int = 0) -> Position:
+    return Position(seqno=seqno, epoch=epoch, event_id=f"f:{seqno}.{fragno};0", source_id="s",
+                    fragno=fragno)
 
 
 class MemoryFeed:
@@ -56,81 +75,53 @@ class MemoryFeed:
         pass
 
 
-class MemoryTarget:
-    """An applier keeping applied fragments and committed blocks in lists."""
-
-    target = "memory"
-
-    def __init__(self) -> None:
-        self.stored: CommitSeqno | None = None
-        self.open: list[tuple[int, int]] = []
-        self.blocks: list[list[tuple[int, int]]] = []
-
-    def connect(self) -> None:
-        pass
-
-    def position(self) -> CommitSeqno | None:
-        return self.stored
-
-    def isolates(self, event: ThlEvent) -> bool:
-        return False
-
-    def begin(self) -> None:
-        self.open = []
-
-    def apply(self, event: ThlEvent) -> None:
-        self.open.append((event.seqno, event.fragno))
-
-    def skip(self, event: ThlEvent) -> None:
-        pass
-
-    def commit(self, last: ThlEvent) -> None:
-        self.blocks.append(self.open)
-        self.stored = CommitSeqno(seqno=last.seqno, epoch=last.epoch, eventid=last.event_id,
-                                  fragno=last.fragno,
-                                  source_id=last.source_id)
-
-    def rollback(self) -> None:
-        self.open = []
-
-    def reset(self) -> None:
-        self.stored = None
-
-    def close(self) -> None:
-        pass
-
-
 class MemoryControl:
+    """The control znodes; ``broken`` makes every ZooKeeper call fail as if it were away."""
+
     def __init__(self) -> None:
         self.status: dict[str, Any] = {}
         self.wanted = Desired()
+        self.broken = 0
+
+    def _zk(self) -> None:
+        if self.broken:
+            self.broken -= 1
+            raise ConnectionLoss("ZooKeeper away (test)")
 
     def publish_status(self, status: dict[str, Any]) -> None:
+        self._zk()
         self.status = status
 
     def mark_alive(self, identity: str) -> None:
-        pass
+        self._zk()
 
     def watch_desired(self, on_change: Callable[[Desired], None]) -> None:
+        self._zk()
         on_change(self.wanted)
 
     def desired(self) -> Desired:
+        self._zk()
         return self.wanted
 
     def update_desired(self, change: Callable[[Desired], None]) -> Desired:
+        self._zk()
         change(self.wanted)
         return self.wanted
 
 
 class HeldLead:
-    """A group lock that is granted at once; a test may take it away."""
+    """A group lock that is granted at once; a test may take it away or break ZooKeeper."""
 
     def __init__(self) -> None:
         self.lost = threading.Event()
         self.held = False
         self.acquired = 0
+        self.broken = 0
 
     def acquire(self, timeout: float) -> bool:
+        if self.broken:
+            self.broken -= 1
+            raise ConnectionLoss("ZooKeeper away (test)")
         if not self.held:
             self.lost.clear()
             self.held = True
@@ -158,24 +149,28 @@ class MemoryPositions:
         return self.lead
 
 
-def _run(records: list[ThlRecord], until: Callable[[MemoryTarget, MemoryControl], bool],
-         stored: CommitSeqno | None = None, target: MemoryTarget | None = None,
-         positions: MemoryPositions | None = None,
-         ) -> tuple[MemoryTarget, MemoryControl, MemoryFeed]:
-    feed, control = MemoryFeed(records), MemoryControl()
-    target = target or MemoryTarget()
-    target.stored = stored
+def _group(**settings: Any) -> GroupConfig:
+    return GroupConfig(target={"type": "memory"}, **{"block_commit_ms": 50, **settings})
+
+
+def _run(records: list[ThlRecord], until: Callable[[MemoryApplier, MemoryControl], bool],
+         stored: Position | None = None, target: MemoryApplier | None = None,
+         positions: MemoryPositions | None = None, control: MemoryControl | None = None,
+         group: GroupConfig | None = None,
+         ) -> tuple[MemoryApplier, MemoryControl, MemoryFeed]:
+    feed, control = MemoryFeed(records), control or MemoryControl()
+    target = target or MemoryApplier(MemoryTarget())
+    target.store.position = stored
     runtime = ConsumerRuntime(
-        "g", ConsumerConfig(url="mysql+pymysql://x@h/", block_commit_events=10,
-                            block_commit_ms=50),
-        FeedSettings("b", "thl.t", "grp", "t"), target,
+        "g", group or _group(), FeedSettings({}, "thl.t", "grp", "t", TRACKING), target,
         control, positions or MemoryPositions(),  # type: ignore[arg-type]
         feed_factory=lambda _: feed)  # type: ignore[arg-type,return-value]
     thread = threading.Thread(target=runtime.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not until(target, control):
-        assert time.monotonic() < deadline, (target.blocks, control.status)
+        assert thread.is_alive(), "the runtime thread died"
+        assert time.monotonic() < deadline, (target.store.blocks, control.status)
         time.sleep(0.01)
     runtime.stop()
     thread.join(10)
@@ -183,59 +178,132 @@ def _run(records: list[ThlRecord], until: Callable[[MemoryTarget, MemoryControl]
     return target, control, feed
 
 
+def _at(seqno: int) -> Callable[[MemoryApplier, MemoryControl], bool]:
+    return lambda t, _: t.store.position is not None and t.store.position.seqno == seqno
+
+
+def _in_error(_: MemoryApplier, c: MemoryControl) -> bool:
+    return c.status.get("state") == "OFFLINE:ERROR"
+
+
+def _seqnos(target: MemoryApplier) -> list[int]:
+    return [s for b in target.store.blocks for s, f in b if f == 0]
+
+
 def test_fragments_join_one_block_and_blocks_hold_ten_seqnos() -> None:
     records = [_rec(0, 0), _rec(1, 1, 0, last=False), _rec(2, 1, 1, last=False),
                _rec(3, 1, 2)] + [_rec(i + 2, i) for i in range(2, 25)]
-    target, _, feed = _run(records, lambda t, _: t.stored is not None
-                           and t.stored.seqno == 24)
-    assert [len({s for s, _ in b}) for b in target.blocks][:2] == [10, 10]
-    assert target.blocks[0][:4] == [(0, 0), (1, 0), (1, 1), (1, 2)]
-    applied = [s for b in target.blocks for s, f in b if f == 0]
-    assert applied == list(range(25))
+    target, _, feed = _run(records, _at(24))
+    assert [len({s for s, _ in b}) for b in target.store.blocks][:2] == [10, 10]
+    assert target.store.blocks[0][:4] == [(0, 0), (1, 0), (1, 1), (1, 2)]
+    assert _seqnos(target) == list(range(25))
+    assert set(target.store.applied.values()) == {1}
     assert feed.committed[-1] == 27  # the record after the last one applied
+
+
+def test_block_limits_by_rows_and_bytes_close_blocks_early() -> None:
+    records = [_rec(i, i) for i in range(12)]
+    target, _, _ = _run(records, _at(11), group=_group(block_commit_rows=3))
+    assert [len(b) for b in target.store.blocks] == [3, 3, 3, 3]
+    target, _, _ = _run(records, _at(11), group=_group(block_commit_bytes=200))
+    assert [len(b) for b in target.store.blocks] == [2] * 6
 
 
 def test_restart_resumes_after_the_stored_seqno_and_skips_nothing() -> None:
     records = [_rec(i, i) for i in range(8)]
-    stored = CommitSeqno(seqno=4, epoch=0, eventid="f:4;0", source_id="s")
-    target, _, _ = _run(records, lambda t, _: t.stored is not None and t.stored.seqno == 7,
-                        stored=stored)
-    assert [s for b in target.blocks for s, _ in b] == [5, 6, 7]
+    target, _, _ = _run(records, _at(7), stored=_stored(4))
+    assert _seqnos(target) == [5, 6, 7]
+
+
+def test_restart_right_after_a_fragmented_seqno_checks_its_last_fragment() -> None:
+    records = [_rec(0, 0), _rec(1, 1, 0, last=False), _rec(2, 1, 1, last=False),
+               _rec(3, 1, 2), _rec(4, 2)]
+    target, _, _ = _run(records, _at(2), stored=_stored(1, fragno=2))
+    assert _seqnos(target) == [2]
 
 
 def test_a_gap_stops_at_the_missing_seqno() -> None:
     records = [_rec(0, 0), _rec(1, 1), _rec(2, 3)]
-    target, control, _ = _run(records, lambda _, c: c.status.get("state") == "OFFLINE:ERROR")
+    target, control, _ = _run(records, _in_error)
     assert control.status["pendingErrorCode"] == "GAP"
     assert control.status["pendingErrorSeqno"] == 2
-    assert target.stored is not None and target.stored.seqno == 1
+    assert target.store.position is not None and target.store.position.seqno == 1
 
 
 def test_an_epoch_mismatch_refuses_the_log() -> None:
     records = [_rec(i, i, epoch=0) for i in range(5)]
-    stored = CommitSeqno(seqno=3, epoch=2, eventid="f:3;0", source_id="s")
-    target, control, _ = _run(records, lambda _, c: c.status.get("state") == "OFFLINE:ERROR",
-                              stored=stored)
+    target, control, _ = _run(records, _in_error, stored=_stored(3, epoch=2))
     message = control.status["pendingExceptionMessage"]
     assert "Log epoch numbers do not match" in message
     assert "server epoch number=0 client epoch number=2" in message
-    assert target.blocks == []
+    assert target.store.blocks == []
+
+
+def test_a_stored_fragment_the_log_does_not_have_is_a_mismatch() -> None:
+    records = [_rec(0, 0), _rec(1, 1), _rec(2, 2)]
+    _, control, _ = _run(records, _in_error, stored=_stored(1, fragno=3))
+    assert "server has no fragment 3 of seqno 1" in control.status["pendingExceptionMessage"]
 
 
 def test_a_missing_fragment_stops_the_consumer() -> None:
     records = [_rec(0, 0), _rec(1, 1, 0, last=False), _rec(2, 2)]
-    target, control, _ = _run(records, lambda _, c: c.status.get("state") == "OFFLINE:ERROR")
+    target, control, _ = _run(records, _in_error)
     assert "seqno 1 is missing fragment 1" in control.status["pendingExceptionMessage"]
-    assert target.stored is not None and target.stored.seqno == 0
+    assert target.store.position is not None and target.store.position.seqno == 0
 
 
-class LosingTarget(MemoryTarget):
+def test_filters_and_the_tracking_schema_never_reach_the_applier() -> None:
+    heartbeat_specs = [ColumnSpec(1, "id", "BIGINT", primary_key=True),
+                       ColumnSpec(2, "source_tstamp", "TIMESTAMP"),
+                       ColumnSpec(3, "salt", "BIGINT"), ColumnSpec(4, "name", "VARCHAR")]
+    beat = RowChange(RowAction.INSERT, TRACKING, "heartbeat", column_specs=heartbeat_specs,
+                     column_values=[[1, "2026-01-01 00:00:00", 7, "MASTER"]])
+    other = RowChange(RowAction.INSERT, TRACKING, "trep_commit_seqno",
+                      column_specs=heartbeat_specs[:1], column_values=[[0]])
+    records = [_rec(0, 0, data=[_row(1), _row(2, table="skip_me"), beat, other]),
+               _rec(1, 1, data=[_row(3, schema="elsewhere")])]
+    target, _, _ = _run(records, _at(1),
+                        group=_group(filters={"ignore": ["db.skip_me", "elsewhere"]}))
+    assert target.rows("db", "t") == [{"id": 1, "v": "v1"}]
+    assert target.rows("db", "skip_me") == [] and target.rows("elsewhere", "t") == []
+    assert not any(schema == TRACKING for schema, _ in target.store.tables)
+    hb = target.store.heartbeats[1]
+    assert (hb.name, hb.salt, hb.seqno) == ("MASTER", 7, 0)
+    assert hb.source_tstamp == dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    assert hb.lag_millis is not None and hb.lag_millis > 0
+
+
+def test_statements_follow_the_applier_policy() -> None:
+    records = [_rec(0, 0, data=[Statement("ALTER TABLE db.t ADD c INT"), _row(1)]),
+               _rec(1, 1)]
+    target, _, _ = _run(records, _at(1))  # the memory applier skips statements
+    assert target.rows("db", "t")[0] == {"id": 1, "v": "v1"}
+
+
+def test_keyless_tables_are_refused_where_the_applier_cannot_address_rows() -> None:
+    records = [_rec(0, 0), _rec(1, 1, data=[_row(5, table="loose", keyed=False)]), _rec(2, 2)]
+    target, control, _ = _run(records, _in_error,
+                              target=MemoryApplier(MemoryTarget(keyless_tables=False)))
+    assert control.status["pendingErrorSeqno"] == 1
+    assert "db.loose has no primary key" in control.status["pendingExceptionMessage"]
+    assert target.store.position is not None and target.store.position.seqno == 0
+
+
+def test_transient_commit_failures_converge_with_each_seqno_applied_once() -> None:
+    records = [_rec(i, i) for i in range(40)]
+    target = MemoryApplier(MemoryTarget(transient_failure_rate=0.3, seed=3))
+    done, _, _ = _run(records, _at(39), target=target, group=_group(block_commit_events=3))
+    assert sorted(done.store.applied) == list(range(40))
+    assert set(done.store.applied.values()) == {1}
+
+
+class LosingTarget(MemoryApplier):
     """Loses the group's lock while the fourth seqno is being applied."""
 
     def __init__(self, lead: HeldLead) -> None:
-        super().__init__()
+        super().__init__(MemoryTarget())
         self.lead = lead
-        self.rolled_back: list[list[tuple[int, int]]] = []
+        self.rolled_back: list[list[int]] = []
 
     def apply(self, event: ThlEvent) -> None:
         super().apply(event)
@@ -243,44 +311,41 @@ class LosingTarget(MemoryTarget):
             self.lead.lost.set()
 
     def rollback(self) -> None:
-        if self.open:
-            self.rolled_back.append(self.open)
+        if self._open:
+            self.rolled_back.append([e.seqno for e in self._open])
         super().rollback()
 
 
 def test_losing_the_lock_abandons_the_block_and_resumes_from_the_target() -> None:
     positions = MemoryPositions()
     target = LosingTarget(positions.lead)
-    records = [_rec(i, i) for i in range(8)]
-    _run(records, lambda t, _: t.stored is not None and t.stored.seqno == 7,
-         target=target, positions=positions)
+    _run([_rec(i, i) for i in range(8)], _at(7), target=target, positions=positions)
     # The block open when the lock went is not committed; after taking the lock again the
     # runtime starts from the target's position, so every seqno is applied exactly once.
-    assert target.rolled_back and target.rolled_back[0][-1] == (3, 0)
-    assert [s for b in target.blocks for s, _ in b] == list(range(8))
+    assert target.rolled_back and target.rolled_back[0][-1] == 3
+    assert _seqnos(target) == list(range(8))
     assert positions.lead.acquired == 2
 
 
-class ConflictTarget(MemoryTarget):
+class ConflictTarget(MemoryApplier):
     """Another writer moved the stored position: every commit is refused."""
 
-    def commit(self, last: ThlEvent) -> None:
-        raise PositionConflict("trep_commit_seqno moved under this consumer", seqno=last.seqno)
+    def commit(self, position: Position) -> None:
+        raise PositionConflict("trep_commit_seqno moved under this consumer",
+                               seqno=position.seqno)
 
 
 def test_a_position_conflict_while_holding_the_lock_is_an_error() -> None:
-    _, control, _ = _run([_rec(0, 0)],
-                              lambda _, c: c.status.get("state") == "OFFLINE:ERROR",
-                              target=ConflictTarget())
+    _, control, _ = _run([_rec(0, 0)], _in_error, target=ConflictTarget(MemoryTarget()))
     assert control.status["pendingErrorCode"] == "CONFLICT"
     assert "moved under this consumer" in control.status["pendingExceptionMessage"]
 
 
-class FailingOnceTarget(MemoryTarget):
+class FailingOnceTarget(MemoryApplier):
     """Refuses seqno 2 in its block and again alone, then takes it (fixed by hand)."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(MemoryTarget())
         self.refusals = 2
 
     def apply(self, event: ThlEvent) -> None:
@@ -290,15 +355,82 @@ class FailingOnceTarget(MemoryTarget):
         super().apply(event)
 
 
+def test_a_data_error_commits_the_seqnos_before_it_then_stops_there() -> None:
+    target = MemoryApplier(MemoryTarget(refuse_seqnos=[4]))
+    target, control, _ = _run([_rec(i, i) for i in range(8)], _in_error, target=target)
+    assert control.status["pendingErrorSeqno"] == 4
+    assert target.store.position is not None and target.store.position.seqno == 3
+
+
 def test_a_new_lead_starts_clean_after_an_error_of_the_previous_one() -> None:
     positions = MemoryPositions()
 
-    def until(target: MemoryTarget, control: MemoryControl) -> bool:
+    def until(target: MemoryApplier, control: MemoryControl) -> bool:
         if control.status.get("state") == "OFFLINE:ERROR" and positions.lead.acquired == 1:
             positions.lead.lost.set()  # the lock goes while the group sits in ERROR
-        return target.stored is not None and target.stored.seqno == 4
+        return _at(4)(target, control)
 
     target, _, _ = _run([_rec(i, i) for i in range(5)], until, target=FailingOnceTarget(),
                         positions=positions)
     assert positions.lead.acquired == 2
-    assert [s for b in target.blocks for s, _ in b] == [0, 1, 2, 3, 4]
+    assert _seqnos(target) == [0, 1, 2, 3, 4]
+
+
+def test_zookeeper_away_at_start_and_while_taking_the_lock_is_waited_out() -> None:
+    control, positions = MemoryControl(), MemoryPositions()
+    control.broken = 3  # watch, then the first status publishes
+    positions.lead.broken = 2
+    target, control, _ = _run([_rec(i, i) for i in range(3)], _at(2), control=control,
+                              positions=positions)
+    assert _seqnos(target) == [0, 1, 2]
+
+
+class ZooKeeperGoesAway(MemoryApplier):
+    """Breaks ZooKeeper once the skipped seqno has been applied past."""
+
+    def __init__(self, control: MemoryControl) -> None:
+        super().__init__(MemoryTarget())
+        self.control = control
+
+    def commit(self, position: Position) -> None:
+        super().commit(position)
+        if position.seqno == 1:
+            self.control.broken = 3
+
+
+def test_a_skip_cleared_while_zookeeper_is_away_does_not_stop_the_group() -> None:
+    control = MemoryControl()
+    control.wanted = Desired(skip_seqnos=[1], request=1)
+    records = [_rec(i, i) for i in range(6)]
+    target, control, _ = _run(records, lambda t, c: _at(5)(t, c) and not c.wanted.skip_seqnos,
+                              target=ZooKeeperGoesAway(control), control=control,
+                              group=_group(block_commit_events=1))
+    assert _seqnos(target) == [0, 2, 3, 4, 5]
+    assert control.status["skippedSeqnos"] == [1]
+
+
+class Buggy(MemoryApplier):
+    def apply(self, event: ThlEvent) -> None:
+        raise ZeroDivisionError("a bug")
+
+
+def test_an_unexpected_failure_is_an_error_state_not_a_dead_thread() -> None:
+    _, control, _ = _run([_rec(0, 0)], _in_error, target=Buggy(MemoryTarget()))
+    assert "internal error: ZeroDivisionError: a bug" in \
+        control.status["pendingExceptionMessage"]
+
+
+def test_one_store_behind_two_appliers_refuses_the_stale_one() -> None:
+    store = MemoryStore()
+    a, b = MemoryApplier(MemoryTarget(), store=store), MemoryApplier(MemoryTarget(), store=store)
+    a.position()
+    b.position()
+    a.begin()
+    a.commit(_stored(0))
+    b.begin()
+    try:
+        b.commit(_stored(1))
+    except PositionConflict as exc:
+        assert "moved from None to 0" in str(exc)
+    else:
+        raise AssertionError("the stale applier committed")

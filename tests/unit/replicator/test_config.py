@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from replicator.config import ConfigError, load_config
+from trep.config import ConfigError, load_config
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -24,12 +24,12 @@ def test_defaults_and_derived_names(tmp_path: Path) -> None:
 
 
 def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = _write(tmp_path, "service: alpha\nextractor:\n  source:\n    port: 3306\n")
-    monkeypatch.setenv("TREP_EXTRACTOR__SOURCE__PORT", "13306")
-    monkeypatch.setenv("TREP_EXTRACTOR__SOURCE__PASSWORD", "s3cret")
+    path = _write(tmp_path, "service: alpha\nsource:\n  port: 3306\n")
+    monkeypatch.setenv("TREP_SOURCE__PORT", "13306")
+    monkeypatch.setenv("TREP_SOURCE__PASSWORD", "s3cret")
     cfg = load_config(path)
-    assert cfg.extractor.source.port == 13306
-    assert cfg.extractor.source.password.get_secret_value() == "s3cret"
+    assert cfg.source.port == 13306
+    assert cfg.source.password.get_secret_value() == "s3cret"
     assert "s3cret" not in repr(cfg)
 
 

@@ -6,10 +6,13 @@ from collections.abc import Callable
 
 import pytest
 from kazoo.client import KazooState
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import ConnectionLoss, NodeExistsError
+from kazoo.handlers.threading import KazooTimeoutError
 
 from replicator.control import ComponentNodes, Desired, parse_seqno_ranges
-from replicator.zk import flag_session_loss
+from replicator.zk import flag_session_loss, zk_call
+
+from .fake_zk import Done, answer
 
 
 def test_skip_seqno_lists_and_ranges() -> None:
@@ -32,16 +35,17 @@ def test_desired_ignores_unknown_fields_and_defaults_to_online() -> None:
 class _SessionClient:
     """Just enough of KazooClient: ephemeral nodes that a session loss takes away."""
 
-    def __init__(self) -> None:
-        self.nodes: dict[str, bytes] = {}
-        self.listeners: list[Callable[[str], None]] = []
-        self.handler = self
-
     def spawn(self, fn: Callable[[], None]) -> None:
         fn()
 
     def add_listener(self, listener: Callable[[str], None]) -> None:
         self.listeners.append(listener)
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, bytes] = {}
+        self.listeners: list[Callable[[str], None]] = []
+        self.handler = self
+        self.connected = True
 
     def create(self, path: str, data: bytes, ephemeral: bool = False,
                makepath: bool = False) -> None:
@@ -51,6 +55,13 @@ class _SessionClient:
 
     def set(self, path: str, data: bytes) -> None:
         self.nodes[path] = data
+
+    def create_async(self, path: str, data: bytes, ephemeral: bool = False,
+                     makepath: bool = False) -> Done:
+        return answer(self.create, path, data, ephemeral, makepath)
+
+    def set_async(self, path: str, data: bytes) -> Done:
+        return answer(self.set, path, data)
 
     def expire(self) -> None:
         self.nodes.clear()
@@ -78,3 +89,21 @@ def test_session_loss_is_flagged_until_cleared() -> None:
     assert not lost.is_set()  # a suspended session may still come back whole
     client.expire()
     assert lost.is_set()
+
+
+class _Slow:
+    """A request kazoo queued while it reconnects: no answer comes."""
+
+    def get(self, block: bool = True, timeout: float | None = None) -> None:
+        raise KazooTimeoutError("no answer")
+
+
+def test_zookeeper_requests_fail_fast_instead_of_waiting() -> None:
+    client = _SessionClient()
+    client.connected = False
+    nodes = ComponentNodes(client, "/t", "svc", "consumers/g")
+    with pytest.raises(ConnectionLoss, match="no connection"):
+        nodes.publish_status({"state": "ONLINE"})
+    client.connected = True
+    with pytest.raises(ConnectionLoss, match="no answer from ZooKeeper"):
+        zk_call(client, lambda: _Slow())

@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from kazoo.exceptions import ConnectionLoss, NoNodeError
 
 from replicator.zk import ServiceNodes, ZkPosition
 
-
-class _Result:
-    def __init__(self, exception: Exception | None) -> None:
-        self.exception = exception
-
-    def successful(self) -> bool:
-        return self.exception is None
-
-    def rawlink(self, callback: Any) -> None:
-        callback(self)
+from .fake_zk import Done, answer
 
 
 class _Client:
     """Records calls; answers set_async with the next queued outcome."""
+
+    connected = True
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
@@ -31,12 +22,17 @@ class _Client:
         self.calls.append(("exists", path))
         return None
 
-    def create(self, path: str, data: bytes, makepath: bool = False) -> None:
-        self.calls.append(("create", path))
+    def exists_async(self, path: str) -> Done:
+        return answer(self.exists, path)
 
-    def set_async(self, path: str, data: bytes) -> _Result:
+    def create_async(self, path: str, data: bytes, makepath: bool = False) -> Done:
+        self.calls.append(("create", path))
+        return Done()
+
+    def set_async(self, path: str, data: bytes) -> Done:
         self.calls.append(("set_async", path))
-        return _Result(self.outcomes.pop(0) if self.outcomes else None)
+        outcome = self.outcomes.pop(0) if self.outcomes else None
+        return Done(exception=outcome)
 
 
 def test_first_mirror_creates_the_node_then_sets_without_waiting() -> None:

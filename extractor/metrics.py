@@ -9,6 +9,7 @@ from prometheus_client.registry import Collector
 
 from extractor.service import Extractor
 from replicator.state import State
+from replicator.zk_metrics import ZkCollector
 
 
 class ExtractorCollector(Collector):
@@ -42,3 +43,6 @@ class ExtractorCollector(Collector):
             labels=["service"])
         losses.add_metric([self.service], float(self.extractor.leadership_losses))
         yield losses
+        if self.extractor.zk_health is not None:
+            yield from ZkCollector(self.extractor.zk_health, self.service, "extractor").collect()
+

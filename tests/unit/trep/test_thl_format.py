@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from replicator.cli.thl_format import format_event
 from thl_topics.event import ColumnSpec, RowAction, RowChange, Statement, ThlEvent
+from trep.thl_format import format_event
 
 
 def test_row_and_statement_layout() -> None:

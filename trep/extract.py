@@ -1,4 +1,4 @@
-"""``python -m extractor -c service.yml``: run one extractor until SIGTERM/SIGINT."""
+"""``trep-extractor -c service.yml``: run one extractor until SIGTERM/SIGINT."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import click
 
 from extractor.errors import ExtractorError
 from extractor.service import Extractor
-from replicator.config import ConfigError, load_config
 from thl_topics.errors import ThlError
 from thl_topics.producer import ProducerFenced
+from trep.config import ConfigError, load_config
 
 
 @click.command()
@@ -29,7 +29,7 @@ def main(config_path: Path, verbose: bool) -> None:
     except ConfigError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    extractor = Extractor(cfg)
+    extractor = Extractor(cfg, cfg.extractor)
     signal.signal(signal.SIGTERM, lambda *_: extractor.stop())
     signal.signal(signal.SIGINT, lambda *_: extractor.stop())
     try:

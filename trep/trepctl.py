@@ -19,13 +19,13 @@ import sqlalchemy as sa
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
-from extractor.service import source_engine
-from replicator.config import ConfigError, ReplicatorConfig, load_config
 from replicator.control import ComponentNodes, Desired, consumer_groups, parse_seqno_ranges
 from replicator.control import services as list_services
+from replicator.source import source_engine
 from replicator.state import State
 from replicator.tracking import CommitSeqnoTable, tracking_metadata
 from replicator.zk import connect
+from trep.config import ConfigError, ServiceConfig, load_config
 
 #: Fields shown first by ``status``, in Tungsten's order; the rest follow sorted.
 _FIRST = ("state", "appliedLastSeqno", "appliedLastEventId", "appliedLastEpoch",
@@ -36,7 +36,7 @@ _FIRST = ("state", "appliedLastSeqno", "appliedLastEventId", "appliedLastEpoch",
 class Ctx:
     """What every sub-command needs: the configuration and a ZooKeeper session."""
 
-    def __init__(self, cfg: ReplicatorConfig) -> None:
+    def __init__(self, cfg: ServiceConfig) -> None:
         self.cfg = cfg
         self._zk: KazooClient | None = None
 
@@ -225,7 +225,7 @@ def reset(ctx: Ctx, group: str | None, yes: bool, timeout: float) -> None:
 @click.pass_obj
 def heartbeat(ctx: Ctx, name: str) -> None:
     """Write the source heartbeat table; the row travels through the THL to every target."""
-    engine = source_engine(ctx.cfg)
+    engine = source_engine(ctx.cfg.source)
     try:
         table = tracking_metadata(ctx.cfg.tracking_schema).tables[
             f"{ctx.cfg.tracking_schema}.heartbeat"]

@@ -16,10 +16,11 @@ import click
 from prometheus_client import CollectorRegistry, start_http_server
 
 from consumers.factory import build_runtime
+from extractor.metrics import ExtractorCollector
 from extractor.service import Extractor
-from replicator.config import ConfigError, ReplicatorConfig, load_config
-from replicator.extractor_metrics import ExtractorCollector
-from replicator.zk import connect
+from replicator.zk import ZkHealth, connect
+from replicator.zk_metrics import ZkCollector
+from trep.config import ConfigError, ServiceConfig, load_config
 
 log = logging.getLogger("trep-run")
 
@@ -27,14 +28,17 @@ log = logging.getLogger("trep-run")
 class Runner:
     """Starts the chosen components, stops them together."""
 
-    def __init__(self, cfg: ReplicatorConfig, *, extractor: bool, consumers: list[str]) -> None:
+    def __init__(self, cfg: ServiceConfig, *, extractor: bool, consumers: list[str]) -> None:
         self.cfg = cfg
         self.registry = CollectorRegistry()
         self.zk = connect(cfg.zookeeper.hosts, cfg.zookeeper.timeout_s)
-        self.extractor = Extractor(cfg) if extractor else None
+        self.zk_health = ZkHealth(self.zk)
+        self.registry.register(ZkCollector(self.zk_health, cfg.service, "consumers"))
+        self.extractor = Extractor(cfg, cfg.extractor) if extractor else None
         if self.extractor is not None:
             self.registry.register(ExtractorCollector(self.extractor, cfg.service))
-        self.runtimes = [build_runtime(cfg, name, self.zk, self.registry) for name in consumers]
+        self.runtimes = [build_runtime(cfg, name, cfg.consumers[name], self.zk, self.registry,
+                                       self.zk_health) for name in consumers]
         self.failures: list[str] = []
         self._threads: list[threading.Thread] = []
         self._stopped = threading.Event()
@@ -45,15 +49,28 @@ class Runner:
         if self.extractor is not None:
             self._spawn("extractor", self.extractor.run)
         for runtime in self.runtimes:
-            self._spawn(f"consumer {runtime.name}", runtime.run)
+            self._spawn(f"consumer {runtime.name}", runtime.run, fatal=True)
 
-    def _spawn(self, name: str, target: object) -> None:
+    def _spawn(self, name: str, target: object, *, fatal: bool = False) -> None:
+        """Run ``target`` in a thread. ``fatal``: its death stops the whole process.
+
+        The extractor publishes OFFLINE:ERROR before it stops, and the consumer groups go
+        on applying what the THL holds. A consumer runtime never ends by itself: if one
+        does, it is a bug, and a process that looked alive with a dead group would hide it,
+        so the runner stops everything and exits non-zero for its supervisor to see.
+        """
         def run() -> None:
             try:
                 target()  # type: ignore[operator]
             except Exception as exc:
                 log.exception("%s stopped: %s", name, exc)
                 self.failures.append(f"{name}: {exc}")
+                if fatal:
+                    self.stop()
+            else:
+                if fatal and not self._stopped.is_set():
+                    self.failures.append(f"{name}: ended by itself")
+                    self.stop()
 
         thread = threading.Thread(target=run, name=name, daemon=True)
         thread.start()
@@ -71,6 +88,7 @@ class Runner:
         while any(t.is_alive() for t in self._threads):
             for t in self._threads:
                 t.join(0.5)
+        self.zk_health.closing()
         self.zk.stop()
         self.zk.close()
 

@@ -15,24 +15,25 @@ import os
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import click
 
-from replicator.cli.thl_format import event_json, format_error, format_event
-from replicator.config import ConfigError, load_config
 from thl_topics.admin import describe_configs
 from thl_topics.errors import ThlError
-from thl_topics.reader import ThlReader
+from thl_topics.reader import ThlReader, client_settings
 from thl_topics.records import RecordHeaders
+from trep.config import ConfigError, load_config
+from trep.thl_format import event_json, format_error, format_event
 
 
 class _Ctx:
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, kafka: str | dict[str, Any], topic: str) -> None:
+        self.kafka = kafka
         self.topic = topic
 
     def reader(self) -> ThlReader:
-        return ThlReader(self.bootstrap, self.topic)
+        return ThlReader(self.kafka, self.topic)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -50,8 +51,10 @@ def cli(ctx: click.Context, config_path: Path | None, service: str | None, topic
             cfg = load_config(config_path)
         except ConfigError as exc:
             raise click.ClickException(str(exc)) from exc
-        bootstrap = bootstrap or cfg.kafka.bootstrap_servers
-        topic = topic or cfg.thl_topic
+        kafka: str | dict[str, Any] = (cfg.kafka.client() if bootstrap is None
+                                       else cfg.kafka.client(**{"bootstrap.servers": bootstrap}))
+        ctx.obj = _Ctx(kafka, topic or cfg.thl_topic)
+        return
     topic = topic or (f"thl.{service}" if service else None)
     if topic is None:
         raise click.UsageError("name the THL: -c service.yml, -service NAME or -topic TOPIC")
@@ -125,7 +128,7 @@ def info(obj: _Ctx) -> None:
                 epochs[h.epoch] += 1
             first = h.seqno if first is None else first
             last = h.seqno
-    configs = describe_configs(AdminClient({"bootstrap.servers": obj.bootstrap}), obj.topic)
+    configs = describe_configs(AdminClient(client_settings(obj.kafka)), obj.topic)
     click.echo(f"topic = {obj.topic}")
     click.echo(f"min seqno = {first if first is not None else '-'}")
     click.echo(f"max seqno = {last if last is not None else '-'}")

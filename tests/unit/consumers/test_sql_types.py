@@ -7,7 +7,7 @@ import datetime as dt
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from consumers.sql.values import adapt, adapt_row
+from consumers.sql.types import adapt, adapt_row
 from thl_topics.event import ColumnSpec
 
 

@@ -1,0 +1,48 @@
+"""Configuration of a consumer group: runtime settings, and its target (by ``type``).
+
+```yaml
+consumers:
+  mariadb:
+    target: {type: sql, url: "mysql+pymysql://tungsten@db2:3306/"}
+    block_commit_events: 10
+```
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from consumers.applier import BlockLimits
+from consumers.registry import TargetConfig
+from replicator.config import FilterConfig
+
+
+class GroupConfig(BaseModel):
+    """One consumer group: the runtime's settings and the target it applies to.
+
+    Block limits left unset take the applier's defaults (its declared capabilities).
+    """
+
+    model_config = {"extra": "forbid"}
+
+    target: TargetConfig
+    #: THL events (source transactions) per block at most ...
+    block_commit_events: int | None = Field(None, gt=0)
+    #: ... row changes per block at most ...
+    block_commit_rows: int | None = Field(None, gt=0)
+    #: ... encoded THL bytes per block at most ...
+    block_commit_bytes: int | None = Field(None, gt=0)
+    #: ... and the longest a block stays open waiting for more events.
+    block_commit_ms: int | None = Field(None, ge=0)
+    #: Go ONLINE when the process starts, unless an operator set the group OFFLINE.
+    auto_online: bool = True
+    #: Apply-stage replicate/ignore filter (changes only this target).
+    filters: FilterConfig = FilterConfig()
+    #: Longest a transient failure (target or broker down) is retried before OFFLINE:ERROR;
+    #: 0 retries forever.
+    retry_limit_s: float = Field(0, ge=0)
+
+    def block_limits(self, defaults: BlockLimits) -> BlockLimits:
+        """The applier's default limits with this group's settings in their place."""
+        return defaults.override(self.block_commit_events, self.block_commit_rows,
+                                 self.block_commit_bytes, self.block_commit_ms)

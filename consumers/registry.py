@@ -1,0 +1,55 @@
+"""The one registry of applier types: the configuration model and the factory of each ``type``.
+
+A new kind of target is one folder under ``consumers/`` (config, applier, type map, errors)
+and one entry here; the runtime reads the applier's capabilities and never asks which kind it
+is. Applier modules are imported only when a group of their type is built, so a service with
+SQL targets never imports pyspark or the Elasticsearch client.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from consumers.applier import Applier
+from consumers.memory.config import MemoryTarget
+from consumers.sql.config import SqlTarget
+from replicator.config import ServiceSettings
+
+#: Every target configuration, told apart by its ``type``.
+TargetConfig = Annotated[SqlTarget | MemoryTarget, Field(discriminator="type")]
+
+#: type -> "module:factory"; a factory takes (target configuration, ApplierContext).
+_FACTORIES: dict[str, str] = {
+    "sql": "consumers.sql.applier:SqlApplier",
+    "memory": "consumers.memory.applier:MemoryApplier",
+}
+
+
+@dataclass(frozen=True)
+class ApplierContext:
+    """What an applier may know about the service and group it serves."""
+
+    service: ServiceSettings
+    group: str
+
+    @property
+    def tracking_schema(self) -> str:
+        """``tungsten_<service>``: where the target keeps the group's position."""
+        return self.service.tracking_schema
+
+
+def applier_types() -> tuple[str, ...]:
+    """The registered ``type`` names."""
+    return tuple(_FACTORIES)
+
+
+def build_applier(target: Any, ctx: ApplierContext) -> Applier:
+    """The applier of one target configuration."""
+    module, name = _FACTORIES[target.type].split(":")
+    factory = getattr(importlib.import_module(module), name)
+    applier: Applier = factory(target, ctx)
+    return applier

@@ -1,0 +1,54 @@
+"""Configuration of a SQL target (``target: {type: sql, ...}``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr, field_validator
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+#: SQLAlchemy backends of the MySQL family: statement events can be replayed there.
+MYSQL_FAMILY = ("mysql", "mariadb")
+
+
+class SqlTarget(BaseModel):
+    """A MySQL/MariaDB, PostgreSQL or Oracle database reached through SQLAlchemy."""
+
+    model_config = {"extra": "forbid"}
+
+    type: Literal["sql"] = "sql"
+    #: SQLAlchemy URL of the target, e.g. ``mysql+pymysql://user@host:3306/`` or
+    #: ``postgresql+psycopg://user@host:5432/db``. Put the password in ``password``.
+    url: str
+    #: The target's password; overrides one written in ``url``. Never logged.
+    password: SecretStr | None = None
+    #: Statement events (DDL, statement-format DML): ``apply`` (MySQL-family targets only),
+    #: ``skip`` them, or stop with an ``error``. Default: apply on MySQL/MariaDB, else error.
+    statements: Literal["apply", "skip", "error"] | None = None
+    #: Rows sent to the driver in one executemany at most.
+    batch_rows: int = Field(1000, gt=0)
+    #: Also record every applied seqno in ``trep_apply_audit`` (same transaction as the
+    #: data), so tests can count how often each seqno was applied. Off in production.
+    audit_seqnos: bool = False
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        try:
+            make_url(value)
+        except ArgumentError as exc:
+            raise ValueError(f"not a SQLAlchemy URL: {exc}") from exc
+        return value
+
+    def engine_url(self) -> URL:
+        """The target URL with the configured password."""
+        url = make_url(self.url)
+        if self.password is not None:
+            url = url.set(password=self.password.get_secret_value())
+        return url
+
+    @property
+    def dialect(self) -> str:
+        """The SQLAlchemy backend name: ``mysql``, ``mariadb``, ``postgresql``, ``oracle`` ..."""
+        return make_url(self.url).get_backend_name()

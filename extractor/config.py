@@ -1,0 +1,36 @@
+"""Configuration of a service's binlog extractor (the ``extractor:`` section)."""
+
+from __future__ import annotations
+
+import socket
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from replicator.config import FilterConfig
+
+
+class ExtractorConfig(BaseModel):
+    """The binlog extractor of a service; the source it reads is the service's ``source:``."""
+
+    model_config = {"extra": "forbid"}
+
+    #: server_id this replication client announces; unique among the source's replicas.
+    server_id: int = Field(1001, gt=0)
+    #: SOURCEID stamped on every event.
+    source_id: str = Field(default_factory=socket.gethostname)
+    #: Rows per THL fragment: a larger transaction is split, never held whole in memory.
+    fragment_rows: int = Field(5000, gt=0)
+    #: Approximate bytes per THL fragment.
+    fragment_bytes: int = Field(1024 * 1024, gt=1024)
+    #: Where to start when no position exists anywhere: the binlog's current end or its start.
+    start_at: Literal["current", "earliest"] = "current"
+    #: Extract-stage replicate/ignore filter: changes the THL for every consumer group.
+    filters: FilterConfig = FilterConfig()
+    #: Source transactions per Kafka transaction at most (latency bound below).
+    batch_transactions: int = Field(200, gt=0)
+    #: Longest a source transaction waits before its Kafka transaction commits.
+    batch_ms: int = Field(100, ge=0)
+    #: Longest the source or Kafka may stay unreachable before the extractor stops with
+    #: OFFLINE:ERROR; meanwhile it starts again from the THL tail with backoff. 0: forever.
+    retry_limit_s: float = Field(0, ge=0)

@@ -1,1 +1,0 @@
-"""Command-line tools: thl, trepctl."""

@@ -1,0 +1,257 @@
+"""A service with one consumer group ``g`` of the kind under test, fed from the source MariaDB.
+
+Every conformance test runs once per registered kind (``kinds.KINDS``), each against its
+real server from the stack.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+import yaml
+
+from replicator.control import ComponentNodes
+from replicator.zk import connect
+from stack.service import Service
+from stack.services.mariadb import MariaDB
+from stack.settings import REPO_ROOT
+from thl_topics.errors import ThlTopicMissing
+from thl_topics.event import RowChange
+from thl_topics.reader import ThlReader
+from trep.config import ServiceConfig, load_config
+from trep.runner import Runner
+
+from ..processes import kill_leftovers
+from .kinds import KINDS, Kind, kind_class
+from .tables import READY, Table, mysql_columns, mysql_name
+
+GROUP = "g"
+
+
+class Conformance:
+    """One service, one group of one kind, one source schema."""
+
+    def __init__(self, tmp_path: Path, kind: Kind, source: MariaDB, kafka: Service,
+                 zookeeper: Service) -> None:
+        self.kind = kind
+        self.name = f"c{uuid.uuid4().hex[:10]}"
+        self.schema = f"src_{self.name}"
+        self.source = source
+        self.bootstrap = f"127.0.0.1:{kafka.port}"
+        self.zk_hosts = f"127.0.0.1:{zookeeper.port}"
+        self.config_path = tmp_path / f"{self.name}.yml"
+        self.log_path = tmp_path / f"{self.name}.log"
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.runner: Runner | None = None
+        self.configure()
+        self.src(f"CREATE DATABASE {self.schema}")
+        self.zk = connect(self.cfg.zookeeper.hosts, 10)
+        self.tables: list[Table] = []
+
+    def configure(self, **extractor: Any) -> None:
+        """(Re)write the service file; ``extractor`` settings go to its section."""
+        self.config_path.write_text(yaml.safe_dump({
+            "service": self.name,
+            "kafka": {"bootstrap_servers": self.bootstrap},
+            "zookeeper": {"hosts": self.zk_hosts},
+            "source": {"host": "127.0.0.1", "port": self.source.port, "user": "root",
+                       "password": ""},
+            "extractor": {"server_id": 8000 + int(self.name[1:5], 16) % 1000,
+                          "filters": {"replicate": [f"{self.schema}.*"]},
+                          "batch_ms": 20, **extractor},
+            "consumers": {GROUP: {"target": self.kind.target(self.name),
+                                  "block_commit_ms": 100}},
+        }))
+        self.cfg: ServiceConfig = load_config(self.config_path)
+
+    # -- the source -------------------------------------------------------------------------
+
+    def src(self, *statements: str, params: Any = None, many: bool = False) -> list[Any]:
+        """Statements on the source in one transaction (``params`` bind the last)."""
+        conn = pymysql.connect(host="127.0.0.1", port=self.source.port, user="root",
+                               password="", charset="utf8mb4", autocommit=False)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SET time_zone = '+00:00'")
+                rows: list[Any] = []
+                for i, stmt in enumerate(statements):
+                    last = i == len(statements) - 1
+                    if many and last:
+                        cur.executemany(stmt, params)
+                    else:
+                        cur.execute(stmt, params if last else None)
+                    rows = list(cur.fetchall())
+            conn.commit()
+            return rows
+        finally:
+            conn.close()
+
+    def create(self, *tables: Table) -> None:
+        """Create tables on the source (and on the target where the kind needs it)."""
+        wanted = [t for t in (READY, *tables) if t not in self.tables]
+        self.kind.create(self.schema, wanted)
+        for table in wanted:
+            self.src(table.mysql.format(s=self.schema))
+        self.tables.extend(wanted)
+
+    # -- running ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """trep-run (extractor and the group) in threads of this process."""
+        self.runner = Runner(self.cfg, extractor=True, consumers=[GROUP])
+        self.runner.start()
+        assert self.runner.extractor is not None
+        deadline = time.monotonic() + 60
+        while not self.runner.extractor.streaming.is_set():
+            assert time.monotonic() < deadline, "extractor did not start streaming"
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.runner is not None:
+            self.runner.stop()
+            self.runner.wait()
+            failures, self.runner = self.runner.failures, None
+            assert not failures, failures
+
+    def spawn(self, crash: str | None = None) -> subprocess.Popen[bytes]:
+        """trep-run in its own process, armed with a crash point if asked."""
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+        env.pop("TREP_CRASH_AT", None)
+        if crash:
+            env["TREP_CRASH_AT"] = crash
+        with self.log_path.open("ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "trep.runner", "-c",
+                                     str(self.config_path)], stdout=log, stderr=log, env=env,
+                                    cwd=REPO_ROOT)
+        self.procs.append(proc)
+        return proc
+
+    def trepctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+        return subprocess.run([sys.executable, "-m", "trep.trepctl", "-c",
+                               str(self.config_path), *args], capture_output=True, text=True,
+                              env=env, cwd=REPO_ROOT, timeout=120, check=False)
+
+    # -- positions --------------------------------------------------------------------------
+
+    def thl_tail(self) -> int:
+        try:
+            with ThlReader(self.cfg.kafka.bootstrap_servers, self.cfg.thl_topic) as reader:
+                tail = reader.tail()
+        except ThlTopicMissing:
+            return -1
+        return -1 if tail is None else tail.seqno
+
+    def wait_extractor_online(self, timeout: float = 90) -> None:
+        nodes = ComponentNodes(self.zk, self.cfg.zookeeper.root, self.name, "extractor")
+        deadline = time.monotonic() + timeout
+        while (nodes.status() or {}).get("state") != "ONLINE":
+            assert time.monotonic() < deadline, f"extractor not ONLINE: {nodes.status()}"
+            time.sleep(0.2)
+
+    def status(self) -> dict[str, Any]:
+        nodes = ComponentNodes(self.zk, self.cfg.zookeeper.root, self.name, f"consumers/{GROUP}")
+        return nodes.status() or {}
+
+    def wait_state(self, state: str, timeout: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.status()
+            if status.get("state") == state:
+                return status
+            assert time.monotonic() < deadline, f"not {state} in {timeout} s: {status}"
+            time.sleep(0.2)
+
+    def wait_applied(self, seqno: int, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.status()
+            assert status.get("state") != "OFFLINE:ERROR", status
+            if status.get("appliedLastSeqno", -1) >= seqno:
+                return
+            assert time.monotonic() < deadline, f"seqno {seqno} not applied: {status}"
+            time.sleep(0.2)
+
+    def wait_source_applied(self, timeout: float = 180) -> int:
+        """Until the group applied everything the source committed so far; that seqno."""
+        marker = self.src(f"INSERT INTO {self.schema}.ready VALUES ()",
+                          "SELECT LAST_INSERT_ID()")[0][0]
+        deadline = time.monotonic() + timeout
+        while True:
+            assert time.monotonic() < deadline, f"marker {marker} never reached the THL"
+            with ThlReader(self.cfg.kafka.bootstrap_servers, self.cfg.thl_topic) as reader:
+                tail = reader.tail()
+            if tail is not None and tail.event is not None and any(
+                    isinstance(item, RowChange) and item.table == "ready"
+                    and item.column_values and item.column_values[-1][0] == marker
+                    for item in tail.event.data):
+                self.wait_applied(tail.seqno, max(1.0, deadline - time.monotonic()))
+                return tail.seqno
+            time.sleep(0.2)
+
+    # -- comparing --------------------------------------------------------------------------
+
+    def compare(self, *tables: Table) -> dict[str, int]:
+        """Every table equal on the source and the target, row by row; the row counts."""
+        counts = {}
+        for table in tables or self.tables:
+            src = [self.kind.normalize(table, tuple(r)) for r in self.src(
+                f"SELECT {mysql_columns(table)} FROM {self.schema}.{mysql_name(table)}")]
+            tgt = [tuple(r) for r in self.kind.rows(self.schema, table)]
+            src.sort(key=_sort_key)
+            tgt.sort(key=_sort_key)
+            assert tgt == src, _diff(table.name, src, tgt)
+            counts[table.name] = len(src)
+        return counts
+
+    def cleanup(self) -> None:
+        try:
+            kill_leftovers(self.procs)
+            self.stop()
+        finally:
+            self.src(f"DROP DATABASE IF EXISTS {self.schema}",
+                     f"DROP DATABASE IF EXISTS {self.cfg.tracking_schema}")
+            self.kind.drop(self.schema, self.name)
+            self.zk.stop()
+            self.zk.close()
+
+
+def _sort_key(row: Sequence[Any]) -> tuple[tuple[bool, str], ...]:
+    return tuple((v is not None, repr(v)) for v in row)
+
+
+def _diff(name: str, src: list[Any], tgt: list[Any]) -> str:
+    if len(src) != len(tgt):
+        extra = [r for r in tgt if r not in src][:3]
+        missing = [r for r in src if r not in tgt][:3]
+        return f"{name}: {len(tgt)} rows, source {len(src)}; extra {extra}; missing {missing}"
+    for a, b in zip(src, tgt, strict=True):
+        if a != b:
+            cols = [(i, x, y) for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+            return f"{name}: row differs in columns {cols[:5]}"
+    return f"{name}: equal?"
+
+
+@pytest.fixture(params=list(KINDS))
+def kind(request: pytest.FixtureRequest) -> Kind:
+    cls = kind_class(request.param)
+    return cls({name: request.getfixturevalue(name) for name in cls.servers})
+
+
+@pytest.fixture
+def conformance(tmp_path: Path, kind: Kind, mariadb_source: MariaDB, kafka: Service,
+                zookeeper: Service) -> Iterator[Conformance]:
+    svc = Conformance(tmp_path, kind, mariadb_source, kafka, zookeeper)
+    try:
+        yield svc
+    finally:
+        svc.cleanup()

@@ -1,0 +1,56 @@
+"""What the conformance suite needs to know about a kind of target."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Any
+
+from stack.service import Service
+
+from ..tables import Table
+
+Row = tuple[Any, ...]
+
+
+class Kind(abc.ABC):
+    """A kind of target: how to configure a group for it, read it back and break it."""
+
+    #: Name in test ids.
+    name: str
+    #: Session fixtures of the stack servers this kind needs (started once per session).
+    servers: tuple[str, ...] = ()
+    #: Tables without a primary key are applied (else refused with a clear error).
+    keyless: bool = True
+    #: Every write is guarded by the seqno: replaying applied seqnos is a no-op.
+    replay_safe: bool = False
+
+    def __init__(self, servers: dict[str, Service]) -> None:
+        self.servers_up = servers
+
+    @abc.abstractmethod
+    def target(self, service: str) -> dict[str, Any]:
+        """The ``target:`` section of a group of this kind for ``service``."""
+
+    def create(self, schema: str, tables: Sequence[Table]) -> None:  # noqa: B027
+        """Create what the target cannot create from the THL by itself (default: nothing)."""
+
+    @abc.abstractmethod
+    def rows(self, schema: str, table: Table) -> list[Row]:
+        """Every row of ``table`` on the target, as comparable tuples in column order."""
+
+    def normalize(self, table: Table, row: Row) -> Row:
+        """A source row in the form ``rows`` gives back (default: unchanged)."""
+        return row
+
+    @abc.abstractmethod
+    def empty(self, schema: str, tables: Sequence[Table]) -> None:
+        """Leave the target as it was before the schema's first seqno (for a full replay)."""
+
+    @abc.abstractmethod
+    def drop(self, schema: str, service: str) -> None:
+        """Remove the schema's data and the service's tracking store."""
+
+    @abc.abstractmethod
+    def server(self) -> Service:
+        """The server to stop for the 'target down' test."""

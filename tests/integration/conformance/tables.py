@@ -1,0 +1,73 @@
+"""The tables every applier is checked on, in MariaDB's DDL (the source) and PostgreSQL's.
+
+A kind that creates its tables from the THL (MariaDB through DDL, MongoDB, Elasticsearch,
+the warehouse, change topics) only needs the MariaDB form; PostgreSQL still gets its tables
+by hand until it creates them itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..consumers.tables import TYPES_MYSQL, TYPES_NAMES, TYPES_PG, TYPES_ROWS
+
+
+@dataclass(frozen=True)
+class Table:
+    """A test table: its DDL on the source and on PostgreSQL, columns, key columns."""
+
+    name: str
+    mysql: str
+    pg: str
+    columns: tuple[str, ...]
+    #: Primary key columns in key order (empty: the table has no key).
+    key: tuple[str, ...]
+
+
+ITEMS = Table(
+    "items",
+    "CREATE TABLE {s}.items (id INT PRIMARY KEY, name VARCHAR(40), qty INT, "
+    "price DECIMAL(12,2)) DEFAULT CHARSET=utf8mb4",
+    'CREATE TABLE "{s}".items (id INT PRIMARY KEY, name VARCHAR(40), qty INT, '
+    "price NUMERIC(12,2))",
+    ("id", "name", "qty", "price"), ("id",))
+COMPOSITE = Table(
+    "composite",
+    "CREATE TABLE {s}.composite (b VARCHAR(10), a INT, v TEXT, PRIMARY KEY (a, b)) "
+    "DEFAULT CHARSET=utf8mb4",
+    'CREATE TABLE "{s}".composite (b VARCHAR(10), a INT, v TEXT, PRIMARY KEY (a, b))',
+    ("a", "b", "v"), ("a", "b"))
+NOPK = Table(
+    "nopk",
+    "CREATE TABLE {s}.nopk (a INT, b VARCHAR(20) NULL) DEFAULT CHARSET=utf8mb4",
+    'CREATE TABLE "{s}".nopk (a INT, b VARCHAR(20) NULL)',
+    ("a", "b"), ())
+TYPES = Table("types", TYPES_MYSQL, TYPES_PG, tuple(TYPES_NAMES), ("id",))
+HOSTILE = Table(
+    'sel`ect "tbl" ü',
+    "CREATE TABLE {s}.`sel``ect \"tbl\" ü` (`from` INT PRIMARY KEY, `we\"ird` VARCHAR(20), "
+    "`back``tick` INT, `ünï é` TEXT, `order` INT) DEFAULT CHARSET=utf8mb4",
+    'CREATE TABLE "{s}"."sel`ect ""tbl"" ü" ("from" INT PRIMARY KEY, "we""ird" VARCHAR(20), '
+    '"back`tick" INT, "ünï é" TEXT, "order" INT)',
+    ("from", 'we"ird', "back`tick", "ünï é", "order"), ("from",))
+READY = Table(
+    "ready", "CREATE TABLE {s}.ready (n INT AUTO_INCREMENT PRIMARY KEY)",
+    'CREATE TABLE "{s}".ready (n INT PRIMARY KEY)', ("n",), ("n",))
+BIG = Table(
+    "big", "CREATE TABLE {s}.big (id INT PRIMARY KEY, pad VARCHAR(40)) DEFAULT CHARSET=utf8mb4",
+    'CREATE TABLE "{s}".big (id INT PRIMARY KEY, pad VARCHAR(40))', ("id", "pad"), ("id",))
+
+ALL = (READY, ITEMS, COMPOSITE, NOPK, TYPES, HOSTILE, BIG)
+
+__all__ = ["ALL", "BIG", "COMPOSITE", "HOSTILE", "ITEMS", "NOPK", "READY", "TYPES",
+           "TYPES_ROWS", "Table"]
+
+
+def mysql_name(table: Table) -> str:
+    """The table's name quoted for MariaDB."""
+    return "`" + table.name.replace("`", "``") + "`"
+
+
+def mysql_columns(table: Table) -> str:
+    """The table's columns quoted for MariaDB, comma-separated."""
+    return ", ".join("`" + c.replace("`", "``") + "`" for c in table.columns)

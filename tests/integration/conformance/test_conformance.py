@@ -1,0 +1,242 @@
+"""The conformance suite: every applier, against its real server, passes the same tests.
+
+Each test runs once per kind registered in ``kinds.KINDS``. A kind declares what it can do
+(keyless tables, replay safety); the tests check that it does exactly that, and that the
+runtime's guarantees (restart, crash, reset, skip, outage) hold for it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from decimal import Decimal
+
+from replicator.crashpoints import EXIT_STATUS
+from thl_topics.reader import ThlReader
+
+from .conftest import Conformance
+from .tables import BIG, COMPOSITE, HOSTILE, ITEMS, NOPK, TYPES, TYPES_ROWS, mysql_columns
+
+
+def _items(svc: Conformance, start: int, count: int) -> None:
+    s = svc.schema
+    rows = [(i, f"item {i} ü😀", i % 7, Decimal(i) / 4) for i in range(start, start + count)]
+    svc.src(f"INSERT INTO {s}.items VALUES (%s, %s, %s, %s)", params=rows, many=True)
+
+
+def _workload(svc: Conformance, rounds: int = 5, first: int = 0) -> None:
+    """Inserts, updates, deletes and key changes over the keyed tables (rounds numbered from
+    ``first``: each round's keys are its own)."""
+    s = svc.schema
+    for r in range(first, first + rounds):
+        base = 1000 * r
+        _items(svc, base, 20)
+        svc.src(f"UPDATE {s}.items SET qty = qty + 1, name = NULL WHERE id % 3 = 0 "
+                f"AND id >= {base}",
+                f"DELETE FROM {s}.items WHERE id % 5 = 1 AND id >= {base}")
+        svc.src(f"INSERT INTO {s}.composite VALUES ('x{r}', {r}, 'v'), ('y{r}', {r}, NULL)",
+                f"UPDATE {s}.composite SET v = 'changed' WHERE a = {r} AND b = 'x{r}'")
+
+
+def _wait_exit(proc: subprocess.Popen[bytes], svc: Conformance, point: str) -> None:
+    try:
+        status = proc.wait(120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"crash point {point} never reached") from None
+    log = svc.log_path.read_text()
+    assert status == EXIT_STATUS and f"crash point {point} reached" in log, log[-3000:]
+
+
+def _stop(proc: subprocess.Popen[bytes], svc: Conformance) -> None:
+    proc.terminate()
+    assert proc.wait(60) == 0, svc.log_path.read_text()[-3000:]
+
+
+def test_inserts_updates_deletes_and_key_changes(conformance: Conformance) -> None:
+    svc = conformance
+    svc.start()
+    svc.create(ITEMS, COMPOSITE)
+    _workload(svc)
+    s = svc.schema
+    # Key changes: one row moves to another key, a composite key changes one part.
+    svc.src(f"UPDATE {s}.items SET id = 99999, name = 'moved' WHERE id = 2")
+    svc.src(f"UPDATE {s}.composite SET b = 'z0' WHERE a = 0 AND b = 'x0'")
+    svc.src(f"UPDATE {s}.items SET id = id + 100000 WHERE id BETWEEN 4 AND 8")
+    svc.wait_source_applied()
+    counts = svc.compare(ITEMS, COMPOSITE)
+    assert counts["items"] > 50 and counts["composite"] == 10
+
+
+def test_table_without_a_key_is_applied_or_refused_as_declared(
+        conformance: Conformance) -> None:
+    svc = conformance
+    svc.start()
+    svc.create(ITEMS, NOPK)
+    s = svc.schema
+    _items(svc, 0, 5)
+    before = svc.wait_source_applied()
+    svc.src(f"INSERT INTO {s}.nopk VALUES (1, 'dup'), (1, 'dup'), (2, NULL), (NULL, NULL)")
+    svc.src(f"UPDATE {s}.nopk SET b = 'one' WHERE a = 1 LIMIT 1",
+            f"DELETE FROM {s}.nopk WHERE a IS NULL")
+    if svc.kind.keyless:
+        svc.wait_source_applied()
+        assert svc.compare(NOPK) == {"nopk": 3}
+        return
+    status = svc.wait_state("OFFLINE:ERROR")
+    assert status["pendingErrorSeqno"] == before + 1
+    assert f"{s}.nopk has no primary key" in status["pendingExceptionMessage"]
+    assert status["appliedLastSeqno"] == before
+
+
+def test_type_matrix_round_trips(conformance: Conformance) -> None:
+    svc = conformance
+    svc.start()
+    svc.create(TYPES)
+    marks = ", ".join(["%s"] * len(TYPES.columns))
+    svc.src("SET sql_mode = ''",
+            f"INSERT INTO {svc.schema}.types ({mysql_columns(TYPES)}) VALUES ({marks})",
+            params=TYPES_ROWS, many=True)
+    svc.src(f"UPDATE {svc.schema}.types SET txt = 'ü😀', vb = x'00ff00', b9 = 257, "
+            f"dt6 = '2001-02-03 04:05:06.000007' WHERE id = 2")
+    svc.wait_source_applied()
+    assert svc.compare(TYPES) == {"types": 3}
+
+
+def test_hostile_identifiers(conformance: Conformance) -> None:
+    svc = conformance
+    svc.start()
+    svc.create(HOSTILE)
+    table = f"{svc.schema}.`sel``ect \"tbl\" ü`"
+    svc.src(f"INSERT INTO {table} VALUES (1, 'a\"b', 1, '😀', 1), (2, NULL, 2, 'x', 2), "
+            f"(3, '%s', 3, '%(x)s', 3)")
+    svc.src(f"UPDATE {table} SET `we\"ird` = 'q''uote', `order` = 10 WHERE `from` = 1")
+    svc.src(f"DELETE FROM {table} WHERE `from` = 2")
+    svc.wait_source_applied()
+    assert svc.compare(HOSTILE) == {HOSTILE.name: 2}
+
+
+def test_restart_right_after_a_fragmented_transaction(conformance: Conformance) -> None:
+    svc = conformance
+    svc.configure(fragment_rows=1000)
+    svc.start()
+    svc.create(BIG, ITEMS)
+    before = svc.wait_source_applied()
+    rows = [(i, f"row {i}") for i in range(5_000)]  # five fragments
+    svc.src(f"INSERT INTO {svc.schema}.big VALUES (%s, %s)", params=rows, many=True)
+    svc.wait_applied(before + 1)
+    svc.stop()
+    svc.start()
+    status = svc.wait_state("ONLINE")
+    assert status["appliedLastSeqno"] == before + 1
+    svc.src(f"DELETE FROM {svc.schema}.big WHERE id < 10")
+    _items(svc, 0, 5)
+    svc.wait_source_applied()
+    assert svc.compare(BIG, ITEMS) == {"big": 4_990, "items": 5}
+
+
+def _prepared(svc: Conformance) -> None:
+    """Tables created and applied by a first, clean process, which then stops."""
+    proc = svc.spawn()
+    svc.wait_extractor_online()
+    svc.create(ITEMS, COMPOSITE)
+    svc.wait_source_applied()
+    _stop(proc, svc)
+
+
+def test_crash_between_the_data_and_the_position_write(conformance: Conformance) -> None:
+    svc = conformance
+    _prepared(svc)
+    proc = svc.spawn("apply-before-position:1")
+    _workload(svc, rounds=3)
+    _wait_exit(proc, svc, "apply-before-position")
+    proc = svc.spawn()
+    _workload(svc, rounds=1, first=3)
+    svc.wait_source_applied()
+    _stop(proc, svc)
+    assert svc.compare(ITEMS, COMPOSITE)["items"] > 10
+
+
+def test_seqnos_seen_again_change_nothing(conformance: Conformance) -> None:
+    svc = conformance
+    _prepared(svc)
+    # Killed after the commit, before the Kafka offset and the ZooKeeper mirror: the next
+    # process reads those blocks again from the THL.
+    proc = svc.spawn("apply-committed:1")
+    _workload(svc, rounds=3)
+    _wait_exit(proc, svc, "apply-committed")
+    proc = svc.spawn()
+    svc.wait_source_applied()
+    expected = svc.compare(ITEMS, COMPOSITE)
+    if svc.kind.replay_safe:
+        # Replaying every applied seqno over the target leaves it as it is.
+        assert svc.trepctl("offline").returncode == 0
+        svc.wait_state("OFFLINE:NORMAL")
+        assert svc.trepctl("reset", "-y").returncode == 0
+        assert svc.trepctl("online", "--from-seqno", "0").returncode == 0
+        svc.wait_source_applied()
+        assert svc.compare(ITEMS, COMPOSITE) == expected
+    _stop(proc, svc)
+
+
+def test_reset_and_replay_from_a_seqno(conformance: Conformance) -> None:
+    svc = conformance
+    svc.start()
+    first = svc.thl_tail() + 1
+    svc.create(ITEMS, COMPOSITE, NOPK) if svc.kind.keyless else svc.create(ITEMS, COMPOSITE)
+    _workload(svc)
+    svc.wait_source_applied()
+    expected = svc.compare()
+    assert svc.trepctl("offline").returncode == 0
+    svc.wait_state("OFFLINE:NORMAL")
+    done = svc.trepctl("reset", "-y")
+    assert done.returncode == 0, done.stderr
+    assert svc.status()["appliedLastSeqno"] == -1
+    svc.kind.empty(svc.schema, svc.tables)
+    assert svc.trepctl("online", "--from-seqno", str(first)).returncode == 0
+    svc.wait_source_applied()
+    replayed = svc.compare()
+    assert replayed["items"] == expected["items"] and replayed["composite"] > 0
+
+
+def test_skip_seqno_moves_past_a_transaction(conformance: Conformance) -> None:
+    svc = conformance
+    svc.start()
+    svc.create(ITEMS)
+    last = svc.wait_source_applied()
+    assert svc.trepctl("offline").returncode == 0
+    svc.wait_state("OFFLINE:NORMAL")
+    _items(svc, 1, 1)  # seqno last + 1: skipped
+    _items(svc, 2, 1)  # seqno last + 2: applied
+    bad = svc.trepctl("online", "--skip-seqno", "x")
+    assert bad.returncode == 2 and "not a seqno" in bad.stderr
+    assert svc.trepctl("online", "--skip-seqno", str(last + 1)).returncode == 0
+    svc.wait_source_applied()
+    status = svc.status()
+    assert last + 1 in status["skippedSeqnos"]
+    ids = sorted(r[0] for r in svc.kind.rows(svc.schema, ITEMS))
+    assert ids == [2]
+
+
+def test_target_down_for_thirty_seconds_under_load(conformance: Conformance) -> None:
+    svc = conformance
+    svc.start()
+    svc.create(ITEMS, COMPOSITE)
+    server = svc.kind.server()
+    _workload(svc, rounds=2)
+    server.stop()
+    try:
+        deadline = time.monotonic() + 30
+        r = 2
+        while time.monotonic() < deadline:
+            _workload(svc, rounds=1, first=r) if r % 2 else _items(svc, 50_000 + r * 50, 10)
+            r += 1
+            time.sleep(1)
+    finally:
+        server.start()
+    svc.wait_source_applied(timeout=300)
+    assert svc.status()["state"] == "ONLINE"
+    assert svc.compare(ITEMS, COMPOSITE)["items"] > 100
+    with ThlReader(svc.cfg.kafka.bootstrap_servers, svc.cfg.thl_topic) as reader:
+        assert reader.tail() is not None
+

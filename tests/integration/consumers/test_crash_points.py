@@ -1,0 +1,161 @@
+"""Named crash points: trep-run killed (exit 137) at each exact step, with a fragmented
+transaction, a DDL, a table without a key and generated columns in flight; after a restart
+the THL is gapless with no source transaction twice, both targets equal the source row by
+row, and the audit table shows every seqno applied exactly once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+
+import pytest
+import yaml
+
+from replicator.crashpoints import EXIT_STATUS
+from stack.settings import REPO_ROOT
+from thl_topics.event import RowChange
+from thl_topics.reader import ThlReader
+
+from .conftest import Replication
+from .tables import (
+    ACCOUNTS_MYSQL,
+    ACCOUNTS_NAMES,
+    ACCOUNTS_PG,
+    NOPK_MYSQL,
+    NOPK_NAMES,
+    NOPK_PG,
+    compare,
+    create_tables,
+)
+from .test_outages import _assert_thl_exact, _extractor_status, _until
+from .test_restart_points import (
+    BIG_MYSQL,
+    BIG_PG,
+    GEN_NAMES,
+    GEN_NOPK_NAMES,
+    GENERATED_MYSQL,
+    GENERATED_NOPK_MYSQL,
+    GENERATED_NOPK_PG,
+    GENERATED_PG,
+)
+from .workload import MixedWorkload
+
+#: point -> the pass that kills (see replicator.crashpoints for where each point is).
+POINTS = {
+    "apply-handshake": 1,  # the first handshake after a clean stop with positions stored
+    "apply-between-fragments": 1,  # inside the 8,000-row transaction
+    "apply-after-ddl": 1,  # the ALTER TABLE ran on MariaDB, its position not yet written
+    "apply-before-position": 2,  # block 1 is the DDL alone, block 2 the big transaction
+    "apply-committed": 2,
+    "extract-between-fragments": 2,
+    "extract-committed": 2,
+}
+
+
+def _spawn(rep: Replication, crash: str | None = None) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    env.pop("TREP_CRASH_AT", None)
+    if crash:
+        env["TREP_CRASH_AT"] = crash
+    with rep.log_path.open("ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "trep.runner", "-c",
+                                 str(rep.config_path)], stdout=log, stderr=log, env=env,
+                                cwd=REPO_ROOT)
+    rep.procs.append(proc)
+    return proc
+
+
+def _awkward_transactions(rep: Replication) -> None:
+    """A DDL, a fragmented transaction, keyless and generated-column changes, then more."""
+    s = rep.schema
+    rep.src(f"ALTER TABLE {s}.big ADD COLUMN extra INT NULL")
+    rows = [(i, f"row {i}") for i in range(8_000)]
+    rep.src(f"INSERT INTO {s}.big (id, pad) VALUES (%s, %s)", params=rows, many=True)
+    rep.src(f"INSERT INTO {s}.nopk VALUES (1, 'dup', 1.5), (1, 'dup', 1.5), (2, NULL, NULL)",
+            f"UPDATE {s}.nopk SET c = 9.5 WHERE a = 1 LIMIT 1")
+    rep.src(f"INSERT INTO {s}.gen (id, a, txt) VALUES (1, 1, 'one'), (2, NULL, 'null')",
+            f"INSERT INTO {s}.gen_nopk (a, txt) VALUES (3, 'x'), (3, 'x')")
+    rep.src(f"UPDATE {s}.gen SET a = 7 WHERE id = 1",
+            f"UPDATE {s}.gen_nopk SET txt = 'y' WHERE a = 3 LIMIT 1",
+            f"DELETE FROM {s}.big WHERE id < 100")
+
+
+def _applied_exactly_once(rep: Replication, query: Callable[[str], list[tuple[int, int]]],
+                          expected: set[int]) -> None:
+    audit = f"{rep.cfg.tracking_schema}.trep_apply_audit"
+    counts = dict(query(audit))
+    twice = {s: n for s, n in counts.items() if n != 1}
+    assert not twice, f"seqnos applied more than once: {twice}"
+    missing = expected - set(counts)
+    assert not missing, f"seqnos never applied: {sorted(missing)[:20]}"
+
+
+def _data_seqnos(rep: Replication) -> tuple[set[int], set[int]]:
+    """Seqnos carrying rows of the test schema (both targets), and any item (MariaDB)."""
+    rows, any_item = set(), set()
+    with ThlReader(rep.cfg.kafka.bootstrap_servers, rep.cfg.thl_topic) as reader:
+        for rec in reader.records(reader.watermarks()[0]):
+            assert rec.event is not None
+            for item in rec.event.data:
+                any_item.add(rec.seqno)
+                if isinstance(item, RowChange) and item.schema == rep.schema:
+                    rows.add(rec.seqno)
+    return rows, any_item
+
+
+@pytest.mark.parametrize("point", list(POINTS))
+def test_crash_at_each_named_point_loses_nothing_and_applies_once(
+        make_replication: Callable[..., Replication], point: str) -> None:
+    audit = {"audit_seqnos": True}
+    rep = make_replication(mariadb_target=audit, pg_target=audit)
+    data = yaml.safe_load(rep.config_path.read_text())
+    data["extractor"]["fragment_rows"] = 2000  # the 8,000-row transaction: 4 fragments
+    rep.config_path.write_text(yaml.safe_dump(data))
+
+    # Phase 0: a clean run that stores positions everywhere.
+    first = _spawn(rep)
+    _until("extractor ONLINE", lambda: _extractor_status(rep).get("state") == "ONLINE", 90)
+    create_tables(rep, (ACCOUNTS_MYSQL, ACCOUNTS_PG), (NOPK_MYSQL, NOPK_PG), (BIG_MYSQL, BIG_PG),
+                  (GENERATED_MYSQL, GENERATED_PG), (GENERATED_NOPK_MYSQL, GENERATED_NOPK_PG))
+    # PostgreSQL does not get DDL: its twin of the ALTER below, made ahead.
+    rep.pgsql(f'ALTER TABLE "{rep.schema}".big ADD COLUMN extra INT NULL')
+    work = MixedWorkload(rep.source.port, rep.schema, seed=61)  # one id sequence throughout
+    work.run(50)
+    rep.wait_source_applied()
+    first.terminate()
+    assert first.wait(60) == 0, rep.log_path.read_text()[-3000:]
+
+    # Phase 1: armed; the awkward transactions go in while it runs.
+    armed = _spawn(rep, f"{point}:{POINTS[point]}")
+    _awkward_transactions(rep)
+    work.run(100)
+    try:
+        status = armed.wait(120)
+    except subprocess.TimeoutExpired:
+        armed.kill()
+        raise AssertionError(f"crash point {point} was never reached") from None
+    log = rep.log_path.read_text()
+    assert status == EXIT_STATUS and f"crash point {point} reached" in log, log[-3000:]
+
+    # Phase 2: restarted clean, everything converges exactly.
+    again = _spawn(rep)
+    work.run(20)
+    rep.wait_source_applied(timeout=300)
+    again.terminate()
+    assert again.wait(60) == 0, rep.log_path.read_text()[-3000:]
+
+    _assert_thl_exact(rep)
+    assert compare(rep, "accounts", ACCOUNTS_NAMES, "id") > 10
+    assert compare(rep, "nopk", NOPK_NAMES, "a, b, c") > 5
+    assert compare(rep, "big", ["id", "pad"], "id") == 7_900
+    assert compare(rep, "gen", GEN_NAMES, "id") == 2
+    assert compare(rep, "gen_nopk", GEN_NOPK_NAMES, "a, txt") == 2
+    rows, any_item = _data_seqnos(rep)
+    _applied_exactly_once(rep, lambda t: [tuple(r) for r in rep.tgt(
+        f"SELECT seqno, COUNT(*) FROM {t} GROUP BY seqno")], any_item)
+    _applied_exactly_once(rep, lambda t: [tuple(r) for r in rep.pgsql(
+        'SELECT seqno, COUNT(*) FROM "{}"."{}" GROUP BY seqno'.format(*t.split(".")))], rows)
+    assert rep.tgt(f"SELECT COUNT(*) FROM {rep.cfg.tracking_schema}.trep_commit_seqno") \
+        == [(1,)]
