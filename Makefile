@@ -41,7 +41,7 @@ test: lint $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m stack up
-	$(PY) demo/run_demo.py
+	$(PY) -m demo.run_demo
 
 bench: $(STAMP)
 	$(PY) -m stack up zookeeper kafka mariadb-source mariadb-target postgresql

@@ -3,7 +3,7 @@
 Run by ``make demo`` after the stack is up. It
 
 1. sets both consumer groups OFFLINE (``trepctl offline``) and starts one ``trep-run``
-   process (``python -m replicator.runner -c demo/demo.yml``): the extractor and the groups
+   process (``python -m trep.runner -c demo/demo.yml``): the extractor and the groups
    ``mariadb`` and ``postgresql``;
 2. commits a marker on the source and waits until the THL holds it, so whatever reached the
    binlog since the last run is in the THL before the demo tables are rebuilt;
@@ -29,81 +29,47 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import decimal
-import hashlib
-import json
 import random
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pymysql
 import sqlalchemy as sa
 from confluent_kafka.admin import AdminClient
 from kazoo.exceptions import NoNodeError
 
-from replicator.config import ReplicatorConfig, load_config
+from consumers.errors import ConsumerError
+from consumers.registry import ApplierContext, build_applier
+from demo.compare import digest, report
+from demo.tables import SCHEMA, TABLES
+from demo.targets import demo_target
 from replicator.control import ComponentNodes
 from replicator.state import State
 from replicator.tracking import CommitSeqnoTable
 from replicator.zk import connect
+from stack.settings import RUN_DIR, port
 from thl_topics.errors import ThlTopicMissing
 from thl_topics.event import ThlEvent
 from thl_topics.reader import ThlReader
+from trep.config import ServiceConfig, load_config
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-CONFIG = HERE / "demo.yml"
+#: demo/demo.yml names the stack's default ports; the demo runs on a copy with the ports
+#: the stack really uses (TREP_<SERVICE>_PORT), so two stacks can live side by side.
+TEMPLATE = HERE / "demo.yml"
+CONFIG = RUN_DIR / "demo.yml"
+DEFAULT_PORTS = {"mariadb-source": 13306, "mariadb-target": 13307, "postgresql": 15432,
+                 "zookeeper": 12181, "kafka": 19092, "elasticsearch": 19200, "ferretdb": 37017}
 PY = sys.executable
-SCHEMA = "demo_shop"
-SOURCE_PORT = 13306
-TARGET_PORT = 13307
-PG_PORT = 15432
+SOURCE_PORT = port("mariadb-source")
+TARGET_PORT = port("mariadb-target")
 
-
-@dataclass(frozen=True)
-class DemoTable:
-    """A demo table: its DDL on MariaDB and on PostgreSQL, and the columns compared."""
-
-    name: str
-    mariadb: str
-    postgresql: str
-    columns: tuple[str, ...]
-
-
-TABLES = (
-    DemoTable(
-        "customers",
-        f"CREATE TABLE {SCHEMA}.customers (id INT NOT NULL PRIMARY KEY, "
-        "name VARCHAR(80) NOT NULL, email VARCHAR(120) NULL, balance DECIMAL(12,2) NULL, "
-        "joined DATETIME(6) NOT NULL, active TINYINT(1) NOT NULL DEFAULT 1, "
-        "avatar VARBINARY(32) NULL) DEFAULT CHARSET=utf8mb4",
-        f"CREATE TABLE {SCHEMA}.customers (id integer NOT NULL PRIMARY KEY, "
-        "name varchar(80) NOT NULL, email varchar(120), balance numeric(12,2), "
-        "joined timestamp(6) NOT NULL, active boolean NOT NULL DEFAULT true, avatar bytea)",
-        ("id", "name", "email", "balance", "joined", "active", "avatar"),
-    ),
-    DemoTable(
-        # No primary key: updates and deletes are matched by the whole before image and touch
-        # one row, so exact duplicates (legal here) stay consistent.
-        "audit_log",
-        f"CREATE TABLE {SCHEMA}.audit_log (customer_id INT NOT NULL, action VARCHAR(16) NOT NULL, "
-        "note VARCHAR(200) NULL, amount DECIMAL(14,4) NULL, payload VARBINARY(64) NULL, "
-        "logged_at DATETIME(3) NOT NULL, KEY customer_idx (customer_id)) DEFAULT CHARSET=utf8mb4",
-        f"CREATE TABLE {SCHEMA}.audit_log (customer_id integer NOT NULL, "
-        "action varchar(16) NOT NULL, note varchar(200), amount numeric(14,4), payload bytea, "
-        "logged_at timestamp(3) NOT NULL)",
-        ("customer_id", "action", "note", "amount", "payload", "logged_at"),
-    ),
-)
-#: The ctid lookup of a keyless UPDATE/DELETE on PostgreSQL wants an index too.
-PG_EXTRA = (f"CREATE INDEX audit_log_customer_idx ON {SCHEMA}.audit_log (customer_id)",)
 
 NAMES = ("Ada Lovelace", "Grace Hopper", "Zoë Šimůnková", "Łukasz Żółć", "東京 太郎",
          "Ολυμπία Παπαδοπούλου", "Renée 😀", "O'Brien", "back\\slash", "Ñandú Añejo",
@@ -121,18 +87,12 @@ def mysql(port: int) -> pymysql.connections.Connection[Any]:
                            charset="utf8mb4", autocommit=False)
 
 
-def pg() -> psycopg.Connection[Any]:
-    """A connection to PostgreSQL in UTC, autocommitted (DDL and reads only)."""
-    return psycopg.connect(host="127.0.0.1", port=PG_PORT, user="postgres", dbname="postgres",
-                           options="-c timezone=UTC", autocommit=True)
-
-
 def run_cli(module: str, *args: str) -> int:
     """Run one of the replicator's commands against the demo service, output shown as is."""
     return subprocess.call([PY, "-m", module, "-c", str(CONFIG), *args], cwd=ROOT)
 
 
-def thl_tail(cfg: ReplicatorConfig) -> ThlEvent | None:
+def thl_tail(cfg: ServiceConfig) -> ThlEvent | None:
     """The last event of the THL (None: no topic yet, or an empty one)."""
     try:
         with ThlReader(cfg.kafka.bootstrap_servers, cfg.thl_topic) as reader:
@@ -144,42 +104,43 @@ def thl_tail(cfg: ReplicatorConfig) -> ThlEvent | None:
 
 # -- setup ---------------------------------------------------------------------------------
 
-def thl_event_at(cfg: ReplicatorConfig, seqno: int) -> ThlEvent | None:
-    """The THL's event ``seqno`` (its first fragment), None if the THL does not hold it."""
+def thl_event_at(cfg: ServiceConfig, seqno: int, fragno: int) -> ThlEvent | None:
+    """The THL's fragment ``fragno`` of ``seqno``, None if the THL does not hold it."""
     try:
         with ThlReader(cfg.kafka.bootstrap_servers, cfg.thl_topic) as reader:
-            offset = reader.offset_of(seqno)
+            offset = reader.offset_of(seqno, fragno)
             for rec in reader.records(offset, offset + 1):
-                return rec.event if rec.seqno == seqno else None
+                return rec.event if (rec.seqno, rec.fragno) == (seqno, fragno) else None
     except ThlTopicMissing:
         return None
     return None
 
 
-def resumable(cfg: ReplicatorConfig, group: str) -> int | None:
+def resumable(cfg: ServiceConfig, group: str) -> int | None:
     """The group's stored seqno if the THL holds that event (the handshake will accept it).
 
     None for a new target (no position while the THL holds earlier runs' history) or a
     position from another THL (the topic was recreated): such a group is started after the
-    marker with ``--from-seqno`` instead.
+    marker with ``--from-seqno`` instead. The position is read the way the group reads it:
+    through its own applier.
     """
-    engine = sa.create_engine(cfg.consumers[group].engine_url())
+    applier = build_applier(cfg.consumers[group].target, ApplierContext(cfg, group))
     try:
-        with engine.connect() as conn:
-            stored = CommitSeqnoTable(cfg.tracking_schema).read(conn)
-    except sa.exc.ProgrammingError:
-        return None  # no tracking schema yet
+        applier.connect()
+        stored = applier.position()
+    except ConsumerError:
+        return None
     finally:
-        engine.dispose()
+        applier.close()
     if stored is None:
         return None
-    there = thl_event_at(cfg, stored.seqno)
-    if there is None or (there.epoch, there.event_id) != (stored.epoch, stored.eventid):
+    there = thl_event_at(cfg, stored.seqno, stored.fragno)
+    if there is None or (there.epoch, there.event_id) != (stored.epoch, stored.event_id):
         return None
     return stored.seqno
 
 
-def purged_binlog(cfg: ReplicatorConfig) -> str | None:
+def purged_binlog(cfg: ServiceConfig) -> str | None:
     """The binlog file the extractor would resume in, if the source no longer has it."""
     tail = thl_tail(cfg)
     if tail is None:
@@ -195,7 +156,7 @@ def purged_binlog(cfg: ReplicatorConfig) -> str | None:
     return None if file in present else file
 
 
-def restart_extraction(cfg: ReplicatorConfig) -> None:
+def restart_extraction(cfg: ServiceConfig) -> None:
     """Delete the THL topic and the extractor's positions: it starts at the binlog's end.
 
     The extractor resumes from the THL tail, then the source's ``trep_commit_seqno``, then
@@ -245,16 +206,7 @@ def prepare_mariadb_target() -> None:
         conn.close()
 
 
-def rebuild_postgresql() -> None:
-    """Drop and recreate the demo schema on PostgreSQL: DDL does not flow there."""
-    with pg() as conn:
-        conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
-        conn.execute(f"CREATE SCHEMA {SCHEMA}")
-        for stmt in (*(t.postgresql for t in TABLES), *PG_EXTRA):
-            conn.execute(stmt.encode())
-
-
-def wait_extractor_online(cfg: ReplicatorConfig, runner: subprocess.Popen[bytes],
+def wait_extractor_online(cfg: ServiceConfig, runner: subprocess.Popen[bytes],
                           since: float, log: Path) -> None:
     """Until this runner's extractor is ONLINE, i.e. its binlog start position is fixed.
 
@@ -297,7 +249,7 @@ def source_gtid(*statements: str) -> str:
     return str(row[0])
 
 
-def mark_source(cfg: ReplicatorConfig, runner: subprocess.Popen[bytes], log: Path) -> int:
+def mark_source(cfg: ServiceConfig, runner: subprocess.Popen[bytes], log: Path) -> int:
     """Commit a marker on the source; its seqno once the THL holds it.
 
     The extractor resumes at the binlog position of the THL tail, so a change made to
@@ -307,26 +259,29 @@ def mark_source(cfg: ReplicatorConfig, runner: subprocess.Popen[bytes], log: Pat
     return wait_thl_holds(cfg, marker, runner, log).seqno
 
 
-def start_groups(cfg: ReplicatorConfig, marker: int) -> None:
+def start_groups(cfg: ServiceConfig, marker: int) -> None:
     """Put each consumer group ONLINE: from its stored position, or right after the marker.
 
-    A group that skips statements (PostgreSQL) never sees the rebuild's DDL, so its tables
-    are rebuilt here by hand and it starts after the marker, skipping older events that
-    belong to the old tables, like a freshly provisioned target. A MySQL-family group
-    applies the DDL itself and resumes from its position when the THL still holds it.
+    A group whose target does not replay statements (PostgreSQL, the document stores)
+    never sees the rebuild's DDL, so its demo tables are emptied here and it starts after the
+    marker, skipping older events that belong to the old tables, like a freshly provisioned
+    target. A MySQL-family group applies the DDL itself and resumes from its position when
+    the THL still holds it.
     """
-    for group, consumer in cfg.consumers.items():
-        stored = resumable(cfg, group) if consumer.statements != "skip" else None
+    for group in cfg.consumers:
+        applier = build_applier(cfg.consumers[group].target, ApplierContext(cfg, group))
+        replays_ddl = applier.capabilities.statements.value == "apply"
+        stored = resumable(cfg, group) if replays_ddl else None
         if stored is not None:
             print(f"\n=== trepctl online -group {group} (resumes after seqno {stored}, "
                   f"THL at {marker}) ===", flush=True)
-            run_cli("replicator.cli.trepctl", "online", "-group", group)
+            run_cli("trep.trepctl", "online", "-group", group)
             continue
-        if consumer.statements == "skip":
-            rebuild_postgresql()
-            print(f"\n{group}: demo tables rebuilt by hand", flush=True)
+        if not replays_ddl:
+            demo_target(cfg, group, TABLES).rebuild()
+            print(f"\n{group}: demo tables emptied (DDL does not flow there)", flush=True)
         print(f"=== trepctl online -group {group} -from-seqno {marker + 1} ===", flush=True)
-        run_cli("replicator.cli.trepctl", "online", "-group", group,
+        run_cli("trep.trepctl", "online", "-group", group,
                 "-from-seqno", str(marker + 1))
 
 
@@ -462,7 +417,7 @@ def _gtid(text: str) -> tuple[int, int]:
     return int(domain), int(seq)
 
 
-def wait_thl_holds(cfg: ReplicatorConfig, gtid: str, runner: subprocess.Popen[bytes],
+def wait_thl_holds(cfg: ServiceConfig, gtid: str, runner: subprocess.Popen[bytes],
                    log: Path) -> ThlEvent:
     """The THL tail once it holds the source transaction ``gtid``."""
     want = _gtid(gtid)
@@ -483,88 +438,25 @@ def wait_thl_holds(cfg: ReplicatorConfig, gtid: str, runner: subprocess.Popen[by
 
 # -- comparison ----------------------------------------------------------------------------
 
-def canonical(value: object) -> object:
-    """A value as the same text on every server (PostgreSQL's boolean is MariaDB's 0/1)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).hex()
-    if isinstance(value, decimal.Decimal):
-        return format(value, "f")
-    if isinstance(value, dt.datetime):
-        return value.isoformat(sep=" ", timespec="microseconds")
-    return str(value)
-
-
-@dataclass(frozen=True)
-class Digest:
-    """Row count and checksum of one table on one server."""
-
-    rows: int
-    sha256: str
-
-
-def digest(rows: Sequence[Sequence[object]]) -> Digest:
-    """Count and SHA-256 of rows normalised to JSON text, sorted (order is not data)."""
-    lines = sorted(json.dumps([canonical(v) for v in row], ensure_ascii=False) for row in rows)
-    return Digest(len(lines), hashlib.sha256("\n".join(lines).encode()).hexdigest())
-
-
-def mysql_digests(port: int) -> dict[str, Digest]:
-    """Each demo table of a MariaDB server."""
-    conn = mysql(port)
+def compare(cfg: ServiceConfig) -> bool:
+    """Print the comparison table; True if every target equals the source everywhere."""
+    conn = mysql(SOURCE_PORT)
     try:
-        out = {}
         with conn.cursor() as cur:
+            source = {}
             for table in TABLES:
                 cur.execute(f"SELECT {', '.join(table.columns)} FROM {SCHEMA}.{table.name}")
-                out[table.name] = digest(cur.fetchall())
+                source[table.name] = digest(cur.fetchall())
         conn.commit()
-        return out
     finally:
         conn.close()
-
-
-def pg_digests() -> dict[str, Digest]:
-    """Each demo table on PostgreSQL."""
-    with pg() as conn:
-        return {table.name: digest(conn.execute(
-            f"SELECT {', '.join(table.columns)} FROM {SCHEMA}.{table.name}".encode()).fetchall())
-            for table in TABLES}
-
-
-def compare() -> bool:
-    """Print the comparison table; True if both targets equal the source everywhere."""
-    source, target, postgres = mysql_digests(SOURCE_PORT), mysql_digests(TARGET_PORT), pg_digests()
-    header = ("table", "source rows", "mariadb rows", "mariadb checksum", "postgresql rows",
-              "postgresql checksum")
-    lines: list[tuple[str, ...]] = [header]
-    equal = True
-    for table in TABLES:
-        src = source[table.name]
-        row = [table.name, str(src.rows)]
-        for other in (target[table.name], postgres[table.name]):
-            same = other == src
-            equal &= same
-            row += [str(other.rows), "match" if same else "DIFFERS"]
-        lines.append(tuple(row))
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    for n, line in enumerate(lines):
-        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
-        if n == 0:
-            print("  ".join("-" * w for w in widths))
-    for table in TABLES:
-        print(f"source sha256 {table.name}: {source[table.name].sha256}")
-    return equal
+    targets = {group: demo_target(cfg, group, TABLES).digests() for group in cfg.consumers}
+    return report([t.name for t in TABLES], source, targets)
 
 
 # -- main ----------------------------------------------------------------------------------
 
-def demo(cfg: ReplicatorConfig, runner: subprocess.Popen[bytes], since: float, log: Path,
+def demo(cfg: ServiceConfig, runner: subprocess.Popen[bytes], since: float, log: Path,
          transactions: int, seed: int) -> int:
     """Everything the running runner is needed for; 0 when the targets equal the source."""
     wait_extractor_online(cfg, runner, since, log)
@@ -580,18 +472,18 @@ def demo(cfg: ReplicatorConfig, runner: subprocess.Popen[bytes], since: float, l
     tail = wait_thl_holds(cfg, gtid, runner, log)
 
     print("\n=== thl list -last 3 ===\n", flush=True)
-    run_cli("replicator.cli.thl", "list", "-last", "3")
+    run_cli("trep.thl", "list", "-last", "3")
     print("=== trepctl status (while the consumers apply) ===", flush=True)
-    run_cli("replicator.cli.trepctl", "status")
+    run_cli("trep.trepctl", "status")
     print(f"\n=== trepctl wait -applied {tail.seqno} ===", flush=True)
-    if run_cli("replicator.cli.trepctl", "wait", "-applied", str(tail.seqno),
+    if run_cli("trep.trepctl", "wait", "-applied", str(tail.seqno),
                "-limit", "180") != 0:
         print(f"the consumers did not apply seqno {tail.seqno}; see {log}", file=sys.stderr)
         return 1
     print("\n=== thl info ===", flush=True)
-    run_cli("replicator.cli.thl", "info")
+    run_cli("trep.thl", "info")
     print("\n=== source vs targets ===", flush=True)
-    if not compare():
+    if not compare(cfg):
         print("the targets differ from the source", file=sys.stderr)
         return 1
     print("both targets hold exactly the source's rows")
@@ -607,8 +499,14 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
 
+    text = TEMPLATE.read_text()
+    for name, default in DEFAULT_PORTS.items():
+        text = text.replace(f"127.0.0.1:{default}", f"127.0.0.1:{port(name)}")
+        text = text.replace(f"port: {default}", f"port: {port(name)}")
+    CONFIG.parent.mkdir(parents=True, exist_ok=True)
+    CONFIG.write_text(text)
     cfg = load_config(CONFIG)
-    log = ROOT / ".run" / "demo-runner.log"
+    log = RUN_DIR / "demo-runner.log"
     log.parent.mkdir(exist_ok=True)
     purged = purged_binlog(cfg)
     if purged is not None:
@@ -619,12 +517,12 @@ def main() -> int:
     prepare_mariadb_target()
     # Both groups wait OFFLINE until start_groups() says where each one starts.
     print("=== trepctl offline ===", flush=True)
-    if run_cli("replicator.cli.trepctl", "offline") != 0:
+    if run_cli("trep.trepctl", "offline") != 0:
         return 1
 
     since = time.time()
     with log.open("ab") as out:
-        runner = subprocess.Popen([PY, "-m", "replicator.runner", "-c", str(CONFIG)], cwd=ROOT,
+        runner = subprocess.Popen([PY, "-m", "trep.runner", "-c", str(CONFIG)], cwd=ROOT,
                                   stdout=out, stderr=out)
     print(f"runner started (pid {runner.pid}, log {log})", flush=True)
     try:
