@@ -161,7 +161,7 @@ def prepare(cfg: ServiceConfig, schema: str, ports: Ports) -> None:
 def thl_tail(cfg: ServiceConfig) -> tuple[int, str | None]:
     """Seqno (-1: none yet) and source GTID of the last event in the THL."""
     try:
-        with ThlReader(cfg.kafka.bootstrap_servers, cfg.thl_topic) as reader:
+        with ThlReader(cfg.kafka.client(), cfg.thl_topic) as reader:
             tail = reader.tail()
     except ThlTopicMissing:
         return -1, None
@@ -354,7 +354,7 @@ def cleanup(cfg: ServiceConfig, config: Path, schema: str, ports: Ports) -> None
     with _pg(ports.pg) as pg:
         pg.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'.encode())
         pg.execute(f'DROP SCHEMA IF EXISTS "{cfg.tracking_schema}" CASCADE'.encode())
-    admin = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers})
+    admin = AdminClient(cfg.kafka.client())
     groups = [cfg.group_id(name) for name in cfg.consumers]
     futures = {**admin.delete_topics([cfg.thl_topic], operation_timeout=30),
                **admin.delete_consumer_groups(groups, request_timeout=30)}

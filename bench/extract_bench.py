@@ -29,6 +29,7 @@ import yaml
 from replicator.tracking import CommitSeqno, CommitSeqnoTable
 from thl_topics.errors import ThlTopicMissing
 from thl_topics.reader import ThlReader
+from trep.config import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -124,6 +125,7 @@ def main() -> int:
         "source": {"port": args.port, "user": "root", "password": ""},
         "extractor": {"filters": {"replicate": [f"{schema}.*"]}},
     }))
+    kafka = load_config(config).kafka.client()
     log = ROOT / ".run" / f"{service}.log"
     with log.open("wb") as out:
         started = time.monotonic()
@@ -139,7 +141,7 @@ def main() -> int:
                 return 1
             cpu, peak = proc_stats(proc.pid)
             try:
-                with ThlReader("127.0.0.1:19092", f"thl.{service}") as reader:
+                with ThlReader(kafka, f"thl.{service}") as reader:
                     tail = reader.tail()
                 last = tail.seqno if tail else -1
             except ThlTopicMissing:

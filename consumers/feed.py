@@ -11,11 +11,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 
-from consumers.errors import TransientError
-from thl_topics.errors import ThlError, ThlTopicMissing
-from thl_topics.reader import ThlReader, ThlRecord, client_settings
+from consumers.errors import ConsumerError, TerminalError, TransientError
+from thl_topics.client import check_access, is_access_error, new_admin, settings_error, watched
+from thl_topics.errors import (
+    KafkaAccessError,
+    KafkaSettingsError,
+    ThlError,
+    ThlTopicMissing,
+)
+from thl_topics.reader import ThlReader, ThlRecord
 
 log = logging.getLogger(__name__)
 
@@ -25,15 +30,38 @@ _LOG_CHANGED = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
                 KafkaError._AUTO_OFFSET_RESET)
 
 
+#: Seconds the first metadata request of a feed may take before the broker counts as away.
+ACCESS_CHECK_S = 10.0
+
+
+def _consumer_error(topic: str, exc: ThlError) -> ConsumerError:
+    """A THL error as the runtime sees it: a refusal is terminal, anything else may pass."""
+    if isinstance(exc, KafkaAccessError | KafkaSettingsError):
+        return TerminalError(f"THL topic {topic}: {exc}")
+    if isinstance(exc, ThlTopicMissing):
+        return TransientError(str(exc))
+    return TransientError(f"THL topic {topic}: {exc}")
+
+
 class ThlFeed:
-    """Partition 0 of the THL topic for one consumer group, ``read_committed``."""
+    """Partition 0 of the THL topic for one consumer group, ``read_committed``.
+
+    Opening a feed makes one quick metadata request: a broker that refuses the credentials
+    or the certificate is a ``TerminalError`` (OFFLINE:ERROR), one that does not answer a
+    ``TransientError`` (retried).
+    """
 
     def __init__(self, kafka: str | Mapping[str, Any], topic: str, group_id: str) -> None:
         self.topic = topic
         self.group_id = group_id
-        self._reader = ThlReader(kafka, topic)
-        self._consumer = Consumer({
-            **client_settings(kafka),
+        try:
+            check_access(kafka, ACCESS_CHECK_S)
+            self._reader = ThlReader(kafka, topic)
+        except ThlError as exc:
+            raise _consumer_error(topic, exc) from exc
+        settings, self._watch = watched(kafka)
+        conf = {
+            **settings,
             "group.id": group_id,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
@@ -44,7 +72,12 @@ class ThlFeed:
             # Notice a deleted THL topic within seconds (default: 5 minutes), so the
             # consumer goes back through the handshake instead of reading a new log.
             "topic.metadata.refresh.interval.ms": 2000,
-        })
+        }
+        try:
+            self._consumer = Consumer(conf)
+        except KafkaException as exc:
+            self._reader.close()
+            raise _consumer_error(topic, settings_error(settings, exc)) from exc
 
     def close(self) -> None:
         for closer in (self._consumer.close, self._reader.close):
@@ -61,10 +94,8 @@ class ThlFeed:
             for rec in self._reader.records(offset, offset + 1):
                 return rec
             return None
-        except ThlTopicMissing as exc:
-            raise TransientError(str(exc)) from exc
         except ThlError as exc:
-            raise TransientError(f"THL topic {self.topic}: {exc}") from exc
+            raise _consumer_error(self.topic, exc) from exc
 
     def first_seqno(self) -> int | None:
         """The seqno of the first record kept in the topic (None if empty)."""
@@ -72,7 +103,7 @@ class ThlFeed:
             low, _ = self._reader.watermarks()
             sample = self._reader.sample(low)
         except ThlError as exc:
-            raise TransientError(f"THL topic {self.topic}: {exc}") from exc
+            raise _consumer_error(self.topic, exc) from exc
         return None if sample is None else sample[1]
 
     def seek(self, seqno: int) -> None:
@@ -80,16 +111,22 @@ class ThlFeed:
         try:
             offset = self._reader.offset_of(seqno)
         except ThlError as exc:
-            raise TransientError(f"THL topic {self.topic}: {exc}") from exc
+            raise _consumer_error(self.topic, exc) from exc
         self._consumer.assign([TopicPartition(self.topic, 0, offset)])
 
     def poll(self, timeout: float) -> ThlRecord | None:
         """The next committed record, or None if none arrived within ``timeout``."""
         msg = self._consumer.poll(timeout)
+        # poll() served the error callbacks: a broker that now refuses this client (a
+        # rotated password, a revoked certificate) stops the group instead of a silent loop.
+        self._check_access()
         if msg is None:
             return None
         err = msg.error()
         if err is not None:
+            if is_access_error(err):
+                self._watch(err)
+                self._check_access()
             if err.code() in _LOG_CHANGED or err.fatal():
                 raise TransientError(f"THL topic {self.topic}: {err.str()}; "
                                      "reconnecting to check the log again")
@@ -97,6 +134,12 @@ class ThlFeed:
             log.warning("THL topic %s: %s", self.topic, err.str())
             return None
         return self._reader.to_record(msg)
+
+    def _check_access(self) -> None:
+        try:
+            self._watch.check()
+        except KafkaAccessError as exc:
+            raise _consumer_error(self.topic, exc) from exc
 
     def commit(self, next_offset: int) -> None:
         """Commit the group's offset (the record after the last one applied)."""
@@ -117,7 +160,11 @@ def forget_group_offsets(kafka: str | Mapping[str, Any], group_id: str,
     The feed reads with ``assign()``, so the group never has members and Kafka lets it be
     deleted whenever its runtime is not streaming. A group Kafka does not know is fine.
     """
-    admin = AdminClient(client_settings(kafka))
+    try:
+        admin, watch = new_admin(kafka)
+    except ThlError as exc:
+        raise TransientError(f"group {group_id}: could not delete its Kafka offsets: "
+                             f"{exc}") from exc
     future = admin.delete_consumer_groups([group_id], request_timeout=timeout)[group_id]
     try:
         future.result(timeout)
@@ -125,5 +172,7 @@ def forget_group_offsets(kafka: str | Mapping[str, Any], group_id: str,
         err = exc.args[0] if exc.args else None
         if isinstance(err, KafkaError) and err.code() == KafkaError.GROUP_ID_NOT_FOUND:
             return
+        admin.poll(0)  # serve the error callbacks: say "refused" rather than "timed out"
+        reason = watch.failure or exc
         raise TransientError(f"group {group_id}: could not delete its Kafka offsets: "
-                             f"{exc}") from exc
+                             f"{reason}") from exc

@@ -95,7 +95,7 @@ def run_cli(module: str, *args: str) -> int:
 def thl_tail(cfg: ServiceConfig) -> ThlEvent | None:
     """The last event of the THL (None: no topic yet, or an empty one)."""
     try:
-        with ThlReader(cfg.kafka.bootstrap_servers, cfg.thl_topic) as reader:
+        with ThlReader(cfg.kafka.client(), cfg.thl_topic) as reader:
             rec = reader.tail()
     except ThlTopicMissing:
         return None
@@ -107,7 +107,7 @@ def thl_tail(cfg: ServiceConfig) -> ThlEvent | None:
 def thl_event_at(cfg: ServiceConfig, seqno: int, fragno: int) -> ThlEvent | None:
     """The THL's fragment ``fragno`` of ``seqno``, None if the THL does not hold it."""
     try:
-        with ThlReader(cfg.kafka.bootstrap_servers, cfg.thl_topic) as reader:
+        with ThlReader(cfg.kafka.client(), cfg.thl_topic) as reader:
             offset = reader.offset_of(seqno, fragno)
             for rec in reader.records(offset, offset + 1):
                 return rec.event if (rec.seqno, rec.fragno) == (seqno, fragno) else None
@@ -163,7 +163,7 @@ def restart_extraction(cfg: ServiceConfig) -> None:
     ZooKeeper; with all three gone it starts a new THL at seqno 0. The targets' positions
     then name no event of the new THL, and ``start_groups`` starts them after the marker.
     """
-    admin = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers})
+    admin = AdminClient(cfg.kafka.client())
     admin.delete_topics([cfg.thl_topic], operation_timeout=30)[cfg.thl_topic].result(60)
     deadline = time.monotonic() + 60
     # Deletion is asynchronous: the extractor could not recreate a topic still being deleted.

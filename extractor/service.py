@@ -20,7 +20,6 @@ from typing import Any
 
 import pymysql
 import sqlalchemy as sa
-from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
@@ -56,6 +55,7 @@ from replicator.state import State, Status
 from replicator.tracking import CommitSeqno, CommitSeqnoTable
 from replicator.zk import Leadership, ServiceNodes, ZkHealth, ZkPosition, connect
 from thl_topics.admin import ThlTopicSpec, ensure_thl_topic
+from thl_topics.client import check_access, new_admin
 from thl_topics.errors import ThlError, ThlUnavailable
 from thl_topics.event import ThlEvent
 from thl_topics.producer import ProducerFenced, ThlProducer
@@ -71,6 +71,8 @@ class _Stopped(Exception):
 
 _EVENTS = [MariadbGtidEvent, QueryEvent, XidEvent, WriteRowsEvent, UpdateRowsEvent,
            DeleteRowsEvent, HeartbeatLogEvent]
+#: Seconds the first metadata request may take before Kafka counts as away (and is retried).
+ACCESS_CHECK_S = 15.0
 #: MySQL error 1236: the requested binlog file or position is not on the server.
 _ER_MASTER_FATAL_READING_BINLOG = 1236
 
@@ -233,7 +235,11 @@ class Extractor:
 
     def _lead(self, nodes: ServiceNodes) -> None:
         cfg = self.service
-        admin = AdminClient(cfg.kafka.client())
+        # One quick metadata request first: a broker that refuses the credentials or the
+        # certificate stops the extractor now (KafkaAccessError is terminal), instead of
+        # every later request timing out as if Kafka were down and being retried forever.
+        check_access(cfg.kafka.client(), ACCESS_CHECK_S)
+        admin, _ = new_admin(cfg.kafka.client())
         ensure_thl_topic(admin, ThlTopicSpec(cfg.thl_topic, cfg.kafka.replication_factor,
                                              cfg.kafka.max_message_bytes))
         engine = source_engine(cfg.source)

@@ -44,3 +44,17 @@ class ThlDecodeError(ThlError):
 
 class ThlTopicMissing(ThlError):
     """The THL topic does not exist (yet): no extractor has created it."""
+
+
+class KafkaAccessError(ThlError):
+    """A Kafka broker refused this client: wrong credentials, an untrusted certificate, no
+    permission. Terminal: retrying cannot help until the operator fixes the settings."""
+
+    def __init__(self, message: str, *, broker: str = "") -> None:
+        super().__init__(message)
+        #: The broker that refused, as ``host:port``.
+        self.broker = broker
+
+
+class KafkaSettingsError(ThlError):
+    """librdkafka refused the client's settings (an unknown property, an unreadable file)."""

@@ -12,10 +12,10 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from thl_topics.client import access_error, is_access_error, settings_error, watched
 from thl_topics.codec import ThlCodec
 from thl_topics.errors import ThlError, ThlUnavailable, is_passing
 from thl_topics.event import ThlEvent
-from thl_topics.reader import client_settings
 from thl_topics.records import record_headers, record_key
 
 log = logging.getLogger(__name__)
@@ -39,8 +39,10 @@ class ThlProducer:
         self.codec = codec or ThlCodec()
         self.timeout = timeout
         self._errors: list[KafkaError] = []
-        self._producer = Producer({
-            **client_settings(kafka),
+        settings, self._watch = watched(kafka)
+        self._settings = settings
+        conf = {
+            **settings,
             "transactional.id": transactional_id,
             "enable.idempotence": True,
             "acks": "all",
@@ -51,7 +53,11 @@ class ThlProducer:
             "transaction.timeout.ms": 15 * 60 * 1000,
             # Bound the local queue: a huge transaction streams through, it is not buffered.
             "queue.buffering.max.kbytes": 64 * 1024,
-        })
+        }
+        try:
+            self._producer = Producer(conf)
+        except KafkaException as exc:
+            raise settings_error(settings, exc) from exc
         self._call(self._producer.init_transactions, timeout)
         self._in_txn = False
 
@@ -60,9 +66,19 @@ class ThlProducer:
             fn(*args)  # type: ignore[operator]
         except KafkaException as exc:
             raise self._error(exc.args[0]) from exc
+        # Error callbacks run inside poll/flush/commit: a refused login is fatal here
+        # rather than a retry loop behind an operation that merely times out.
+        self._watch.check()
 
     def _error(self, err: KafkaError) -> ThlError:
-        return producer_error(self.topic, err)
+        if not is_access_error(err) and self._watch.failure is None:
+            try:
+                self._producer.poll(0)  # serve the error callbacks: was it a refusal?
+            except (KafkaException, RuntimeError):
+                pass
+        if self._watch.failure is not None:
+            return self._watch.failure
+        return producer_error(self.topic, err, self._settings)
 
     def _delivered(self, err: KafkaError | None, _msg: object) -> None:
         # Records purged by an abort report an error too; they were meant to vanish.
@@ -124,8 +140,12 @@ class ThlProducer:
         self._producer.flush(self.timeout)
 
 
-def producer_error(topic: str, err: KafkaError) -> ThlError:
-    """The THL error for a Kafka error of the transactional producer."""
+def producer_error(topic: str, err: KafkaError,
+                   settings: Mapping[str, Any] | None = None) -> ThlError:
+    """The THL error for a Kafka error of the transactional producer (``settings``: the
+    client's, to name the broker and the user in a refusal)."""
+    if is_access_error(err):
+        return access_error(settings or {}, err)
     if err.code() in _FENCED:
         return ProducerFenced(f"{topic}: producer fenced by a newer extractor: {err.str()}")
     if err.code() == KafkaError._FATAL or err.fatal():

@@ -9,6 +9,12 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from thl_topics.client import (
+    access_error,
+    is_access_error,
+    settings_error,
+    watched,
+)
 from thl_topics.codec import ThlCodec
 from thl_topics.errors import ThlDecodeError, ThlError, ThlTopicMissing, ThlUnavailable, is_passing
 from thl_topics.event import ThlEvent
@@ -33,12 +39,14 @@ class ThlReader:
 
     def __init__(self, kafka: str | Mapping[str, Any], topic: str,
                  codec: ThlCodec | None = None, poll_timeout: float = 5.0) -> None:
-        """``kafka``: bootstrap servers, or librdkafka settings (security included)."""
+        """``kafka``: bootstrap servers, or librdkafka settings (security included), such
+        as ``KafkaConfig.client()``."""
         self.topic = topic
         self.codec = codec or ThlCodec()
         self.poll_timeout = poll_timeout
-        self._consumer = Consumer({
-            **client_settings(kafka),
+        settings, self._watch = watched(kafka)
+        self._conf = {
+            **settings,
             # librdkafka wants a group id even for assign(); nothing is ever committed.
             "group.id": f"thl-reader-{uuid.uuid4()}",
             "enable.auto.commit": False,
@@ -48,7 +56,27 @@ class ThlReader:
             # A probe landing on a transaction marker or an aborted record gets an empty
             # answer; do not let the broker sit on it for the default 500 ms.
             "fetch.wait.max.ms": 20,
-        })
+        }
+        try:
+            self._consumer = Consumer(self._conf)
+        except KafkaException as exc:
+            raise settings_error(settings, exc) from exc
+
+    def _refused(self) -> None:
+        """Raise the broker's refusal (credentials, certificate) if it reported one.
+
+        Error callbacks are served by ``poll``; a stray record polled here is harmless
+        because every read assigns its own start offset first.
+        """
+        try:
+            self._consumer.poll(0)
+        except (KafkaException, RuntimeError):
+            pass  # closed or failing: the watch may still hold the answer
+        self._watch.check()
+
+    def _unavailable(self, message: str) -> ThlUnavailable:
+        self._refused()
+        return ThlUnavailable(message)
 
     def close(self) -> None:
         self._consumer.close()
@@ -70,7 +98,10 @@ class ThlReader:
                               KafkaError.UNKNOWN_TOPIC_OR_PART):
                 raise ThlTopicMissing(f"THL topic {self.topic} does not exist; start the "
                                       "service's extractor first (it creates the topic)") from exc
-            raise ThlUnavailable(f"{self.topic}: cannot read offsets: {err.str()}") from exc
+            if is_access_error(err):
+                raise self._watch.failure or access_error(self._conf, err) from exc
+            raise self._unavailable(f"{self.topic}: cannot read offsets from "
+                                    f"{self._conf['bootstrap.servers']}: {err.str()}") from exc
         return int(low), int(high)
 
     def _first_at(self, offset: int) -> Message | None:
@@ -79,15 +110,13 @@ class ThlReader:
         while True:
             msg = self._consumer.poll(self.poll_timeout)
             if msg is None:
-                raise ThlUnavailable(
-                    f"{self.topic}: no answer from Kafka within {self.poll_timeout} s")
+                raise self._unavailable(self._silent())
             err = msg.error()
             if err is None:
                 return msg
             if err.code() == KafkaError._PARTITION_EOF:
                 return None
-            kind = ThlUnavailable if is_passing(err) else ThlError
-            raise kind(f"{self.topic}: read failed at offset {offset}: {err}")
+            raise self._read_error(err, f"read failed at offset {offset}")
 
     def offset_of(self, seqno: int, fragno: int = 0) -> int:
         """The offset of the first record at or after fragment ``fragno`` of ``seqno`` (the
@@ -131,19 +160,28 @@ class ThlReader:
         while True:
             msg = self._consumer.poll(self.poll_timeout)
             if msg is None:
-                raise ThlUnavailable(
-                    f"{self.topic}: no answer from Kafka within {self.poll_timeout} s")
+                raise self._unavailable(self._silent())
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     return
-                kind = ThlUnavailable if is_passing(err) else ThlError
-                raise kind(f"{self.topic}: read failed: {err}")
+                raise self._read_error(err, "read failed")
             if _offset(msg) >= end:
                 return
             yield msg
             if _offset(msg) + 1 >= end:
                 return
+
+    def _silent(self) -> str:
+        return (f"{self.topic}: no answer from Kafka at {self._conf['bootstrap.servers']} "
+                f"within {self.poll_timeout} s")
+
+    def _read_error(self, err: KafkaError, doing: str) -> ThlError:
+        if is_access_error(err):
+            return self._watch.failure or access_error(self._conf, err)
+        self._watch.check()
+        kind = ThlUnavailable if is_passing(err) else ThlError
+        return kind(f"{self.topic}: {doing}: {err}")
 
     def sample(self, offset: int) -> tuple[int, int] | None:
         """(offset, seqno) of the first record at or after ``offset``, None past the end."""
@@ -186,11 +224,6 @@ class ThlReader:
                 return None
             step *= 4
         return None
-
-def client_settings(kafka: str | Mapping[str, Any]) -> dict[str, Any]:
-    """librdkafka settings from bootstrap servers or from a settings mapping."""
-    return {"bootstrap.servers": kafka} if isinstance(kafka, str) else dict(kafka)
-
 
 def _offset(msg: Message) -> int:
     """A fetched record always has an offset; the stubs allow None for produced ones."""

@@ -5,35 +5,45 @@
     thl index [-samples N]
 
 The topic comes from ``-c service.yml``, or ``-service NAME`` (topic ``thl.NAME``) with
-``-bootstrap`` (default ``$TREP_KAFKA__BOOTSTRAP_SERVERS`` or 127.0.0.1:19092).
+``-bootstrap`` (default ``$TREP_KAFKA__BOOTSTRAP_SERVERS`` or 127.0.0.1:19092). Without
+``-c``, the Kafka settings come from the environment like a service's (``TREP_KAFKA__...``,
+security included). A broker that refuses the credentials or the certificate, or does not
+answer, is one line on stderr naming it, and exit status 1.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import logging
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import click
+from pydantic import ValidationError
 
+from replicator.config import KafkaConfig, ServiceSettings, validation_problems
 from thl_topics.admin import describe_configs
+from thl_topics.client import LIBRDKAFKA_LOG, check_access, new_admin
 from thl_topics.errors import ThlError
-from thl_topics.reader import ThlReader, client_settings
+from thl_topics.reader import ThlReader
 from thl_topics.records import RecordHeaders
 from trep.config import ConfigError, load_config
 from trep.thl_format import event_json, format_error, format_event
 
 
 class _Ctx:
-    def __init__(self, kafka: str | dict[str, Any], topic: str) -> None:
+    def __init__(self, kafka: dict[str, Any], topic: str, timeout: float) -> None:
         self.kafka = kafka
         self.topic = topic
+        self.timeout = timeout
 
     def reader(self) -> ThlReader:
-        return ThlReader(self.kafka, self.topic)
+        # A quick metadata request first: a refused login or an untrusted certificate is
+        # reported at once, not after a read times out as if the broker were down.
+        check_access(self.kafka, self.timeout)
+        return ThlReader(self.kafka, self.topic, poll_timeout=self.timeout)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -42,24 +52,31 @@ class _Ctx:
 @click.option("-service", "--service", help="Service name: the topic is thl.<service>.")
 @click.option("-topic", "--topic", help="THL topic name (overrides the service's).")
 @click.option("-bootstrap", "--bootstrap", help="Kafka bootstrap servers.")
+@click.option("-timeout", "--timeout", type=float, default=10.0, show_default=True,
+              help="Seconds to wait for Kafka to answer.")
 @click.pass_context
 def cli(ctx: click.Context, config_path: Path | None, service: str | None, topic: str | None,
-        bootstrap: str | None) -> None:
+        bootstrap: str | None, timeout: float) -> None:
     """Inspect the Transaction History Log of a service."""
     if config_path is not None:
         try:
             cfg = load_config(config_path)
         except ConfigError as exc:
             raise click.ClickException(str(exc)) from exc
-        kafka: str | dict[str, Any] = (cfg.kafka.client() if bootstrap is None
-                                       else cfg.kafka.client(**{"bootstrap.servers": bootstrap}))
-        ctx.obj = _Ctx(kafka, topic or cfg.thl_topic)
+        kafka = (cfg.kafka.client() if bootstrap is None
+                 else cfg.kafka.client(**{"bootstrap.servers": bootstrap}))
+        ctx.obj = _Ctx(kafka, topic or cfg.thl_topic, timeout)
         return
     topic = topic or (f"thl.{service}" if service else None)
     if topic is None:
         raise click.UsageError("name the THL: -c service.yml, -service NAME or -topic TOPIC")
-    bootstrap = bootstrap or os.environ.get("TREP_KAFKA__BOOTSTRAP_SERVERS", "127.0.0.1:19092")
-    ctx.obj = _Ctx(bootstrap, topic)
+    try:
+        # The service name plays no part in how to reach Kafka.
+        env_kafka: KafkaConfig = ServiceSettings(service="thl").kafka
+    except ValidationError as exc:
+        raise click.ClickException(str(validation_problems("environment", exc))) from exc
+    ctx.obj = _Ctx(env_kafka.client() if bootstrap is None
+                   else env_kafka.client(**{"bootstrap.servers": bootstrap}), topic, timeout)
 
 
 @cli.command("list")
@@ -109,8 +126,6 @@ def list_(obj: _Ctx, seqno: int | None, low: int | None, high: int | None, last:
 @click.pass_obj
 def info(obj: _Ctx) -> None:
     """First and last seqno, epochs seen, topic settings, size."""
-    from confluent_kafka.admin import AdminClient
-
     with obj.reader() as reader:
         low, high = reader.watermarks()
         epochs: Counter[int] = Counter()
@@ -128,7 +143,8 @@ def info(obj: _Ctx) -> None:
                 epochs[h.epoch] += 1
             first = h.seqno if first is None else first
             last = h.seqno
-    configs = describe_configs(AdminClient(client_settings(obj.kafka)), obj.topic)
+    admin, _ = new_admin(obj.kafka)
+    configs = describe_configs(admin, obj.topic, obj.timeout)
     click.echo(f"topic = {obj.topic}")
     click.echo(f"min seqno = {first if first is not None else '-'}")
     click.echo(f"max seqno = {last if last is not None else '-'}")
@@ -159,6 +175,10 @@ def index(obj: _Ctx, samples: int) -> None:
 
 def main() -> None:
     """Entry point of the ``thl`` command."""
+    # librdkafka's own lines (each failed connection attempt) would bury the one-line
+    # error below; that error carries their reason.
+    LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
+    LIBRDKAFKA_LOG.propagate = False
     try:
         cli()
     except ThlError as exc:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import base64
+import os
 import textwrap
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from stack import process
+from stack import process, tls
 from stack.fetch import maven_runtime_jars
 from stack.service import TcpService
 from stack.settings import HOST, JAVA_HOME, cache_dir, port
@@ -48,7 +50,13 @@ def new_cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().byte
 
 
 class Kafka(TcpService):
-    """A single-node KRaft cluster with replication factors of 1, transactions enabled."""
+    """A single-node KRaft cluster with replication factors of 1, transactions enabled.
+
+    Two client listeners: PLAINTEXT on ``port`` (what the tests and the demo use), and
+    SASL_SSL on ``sasl_port`` with SCRAM-SHA-512 and a server certificate signed by a CA the
+    stack makes at first launch under ``<run dir>/kafka/tls`` (``ca_file``). SCRAM users are
+    created through the admin API (``alter_user_scram_credentials``) by whoever needs one.
+    """
 
     name = "kafka"
     start_timeout = 120.0
@@ -58,8 +66,54 @@ class Kafka(TcpService):
         return port("kafka-controller")
 
     @property
+    def sasl_port(self) -> int:
+        """``TREP_KAFKA_SASL_PORT``, else the client port + 2 (19094 by default), so two
+        stacks with their own ``TREP_KAFKA_PORT`` never collide on it."""
+        explicit = os.environ.get("TREP_KAFKA_SASL_PORT")
+        return int(explicit) if explicit else self.port + 2
+
+    @property
     def bootstrap(self) -> str:
         return f"{HOST}:{self.port}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        """Bootstrap servers of the SASL_SSL listener."""
+        return f"{HOST}:{self.sasl_port}"
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.dir / "tls"
+
+    @property
+    def ca_file(self) -> Path:
+        """The CA (PEM) that signed the SASL_SSL listener's certificate: clients trust it."""
+        return self.tls_dir / "ca.pem"
+
+    @property
+    def ca_key_file(self) -> Path:
+        """The CA's private key: tests sign client certificates with it."""
+        return self.tls_dir / "ca-key.pem"
+
+    @property
+    def server_pem(self) -> Path:
+        return self.tls_dir / "server.pem"
+
+    def _ensure_certificates(self) -> None:
+        """A CA and a server certificate for 127.0.0.1, made once per run directory.
+
+        The CA outlives restarts so a client's trust (``ca_file``) stays valid; an EC key
+        makes this take milliseconds, not the broker's start-up time.
+        """
+        if self.ca_file.exists() and self.ca_key_file.exists() and self.server_pem.exists():
+            return
+        # A distinct name per run directory (a CN holds 64 characters at most).
+        ca = tls.new_authority(f"tungsten-kafka local CA {uuid.uuid4().hex[:12]}")
+        server = ca.issue(HOST, hosts=[HOST, "localhost"])
+        tls.write_private(self.ca_key_file, ca.key_pem())
+        # Kafka's PEM keystore file: the private key, then the certificate chain.
+        tls.write_private(self.server_pem, server.key_pem() + server.cert_pem() + ca.cert_pem())
+        tls.write_public(self.ca_file, ca.cert_pem())
 
     def _libs(self) -> str:
         jars = maven_runtime_jars(self.name, [
@@ -81,16 +135,29 @@ class Kafka(TcpService):
                 "-cp", self._libs(), main, *args]
 
     def _write_config(self) -> str:
+        self._ensure_certificates()
         props = self.dir / "server.properties"
+        sasl = "listener.name.sasl_ssl"
+        plain, secure = f"{HOST}:{self.port}", f"{HOST}:{self.sasl_port}"
+        scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
         props.write_text(textwrap.dedent(f"""\
             process.roles=broker,controller
             node.id=1
             controller.quorum.voters=1@{HOST}:{self.controller_port}
-            listeners=PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}
-            advertised.listeners=PLAINTEXT://{HOST}:{self.port}
+            listeners=PLAINTEXT://{plain},SASL_SSL://{secure},CONTROLLER://{HOST}:{self.controller_port}
+            advertised.listeners=PLAINTEXT://{plain},SASL_SSL://{secure}
             controller.listener.names=CONTROLLER
             inter.broker.listener.name=PLAINTEXT
-            listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+            listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL
+            # The default mechanism list is GSSAPI, which would need Kerberos.
+            sasl.enabled.mechanisms=SCRAM-SHA-512
+            {sasl}.scram-sha-512.sasl.jaas.config={scram}
+            {sasl}.ssl.keystore.type=PEM
+            {sasl}.ssl.keystore.location={self.server_pem}
+            {sasl}.ssl.truststore.type=PEM
+            {sasl}.ssl.truststore.location={self.ca_file}
+            # A client may also present a certificate (signed by the CA): mutual TLS is tested.
+            {sasl}.ssl.client.auth=requested
             log.dirs={self.dir / 'data'}
             num.partitions=1
             default.replication.factor=1

@@ -8,15 +8,28 @@ with the stack's one-line error: integration tests never skip.
 
 from __future__ import annotations
 
+import secrets
 import socket
+import time
+import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 
-from stack import services
+from stack import process, services
 from stack.errors import StackError
 from stack.service import Service
+from stack.services.kafka import Kafka
+from thl_topics.client import check_access
+from thl_topics.errors import KafkaAccessError
 
 _started: list[Service] = []
 _failed: dict[str, str] = {}
@@ -53,6 +66,58 @@ def zookeeper() -> Service:
 def kafka(zookeeper: Service) -> Service:
     # Kafka runs KRaft and needs no ZooKeeper; the replicator needs both, so start them together.
     return _serve("kafka")
+
+
+@dataclass(frozen=True)
+class SecureKafka:
+    """The broker's SASL_SSL listener and a SCRAM-SHA-512 user made for this session."""
+
+    bootstrap: str
+    #: The CA that signed the listener's certificate (made by the stack at first launch).
+    ca_file: Path
+    ca_key_file: Path
+    username: str
+    password: str
+
+    def settings(self, **overrides: Any) -> dict[str, Any]:
+        """The ``kafka`` section of a service configuration that connects through it."""
+        return {"bootstrap_servers": self.bootstrap, "security_protocol": "SASL_SSL",
+                "sasl": {"mechanism": "SCRAM-SHA-512", "username": self.username,
+                         "password": self.password},
+                "tls": {"ca_location": str(self.ca_file)}, **overrides}
+
+
+@pytest.fixture(scope="session")
+def kafka_sasl(kafka: Kafka) -> SecureKafka:
+    """The SASL_SSL listener of the session's broker, with a fresh SCRAM user.
+
+    The user is made through the PLAINTEXT listener's admin API (Kafka stores SCRAM
+    credentials in its metadata log), so no broker restart and no format-time option.
+    """
+    if not process.port_open(kafka.sasl_port):
+        pytest.fail(f"kafka: nothing listens on the SASL_SSL port {kafka.sasl_port}; a broker "
+                    "started before the secure listener existed must be restarted: "
+                    "python -m stack down kafka && python -m stack up kafka", pytrace=False)
+    user, password = f"trep-{uuid.uuid4().hex[:8]}", secrets.token_urlsafe(18)
+    upsert = UserScramCredentialUpsertion(
+        user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), password.encode())
+    admin = kafka.admin()  # kept alive until the futures are done
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(30)
+    secure = SecureKafka(kafka.sasl_bootstrap, kafka.ca_file, kafka.ca_key_file, user, password)
+    settings = {"bootstrap.servers": secure.bootstrap, "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
+                "sasl.password": password, "ssl.ca.location": str(secure.ca_file)}
+    # The credential is committed to the metadata log; the broker applies it a moment later.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            check_access(settings, 10)
+            return secure
+        except KafkaAccessError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 @pytest.fixture(scope="session")

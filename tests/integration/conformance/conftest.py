@@ -145,7 +145,7 @@ class Conformance:
 
     def thl_tail(self) -> int:
         try:
-            with ThlReader(self.cfg.kafka.bootstrap_servers, self.cfg.thl_topic) as reader:
+            with ThlReader(self.cfg.kafka.client(), self.cfg.thl_topic) as reader:
                 tail = reader.tail()
         except ThlTopicMissing:
             return -1
@@ -188,7 +188,7 @@ class Conformance:
         deadline = time.monotonic() + timeout
         while True:
             assert time.monotonic() < deadline, f"marker {marker} never reached the THL"
-            with ThlReader(self.cfg.kafka.bootstrap_servers, self.cfg.thl_topic) as reader:
+            with ThlReader(self.cfg.kafka.client(), self.cfg.thl_topic) as reader:
                 tail = reader.tail()
             if tail is not None and tail.event is not None and any(
                     isinstance(item, RowChange) and item.table == "ready"

@@ -237,6 +237,6 @@ def test_target_down_for_thirty_seconds_under_load(conformance: Conformance) -> 
     svc.wait_source_applied(timeout=300)
     assert svc.status()["state"] == "ONLINE"
     assert svc.compare(ITEMS, COMPOSITE)["items"] > 100
-    with ThlReader(svc.cfg.kafka.bootstrap_servers, svc.cfg.thl_topic) as reader:
+    with ThlReader(svc.cfg.kafka.client(), svc.cfg.thl_topic) as reader:
         assert reader.tail() is not None
 

@@ -145,7 +145,7 @@ class Replication:
         self.wait_extractor(ex)
 
     def admin(self) -> AdminClient:
-        return AdminClient({"bootstrap.servers": self.cfg.kafka.bootstrap_servers})
+        return AdminClient(self.cfg.kafka.client())
 
     def wait_extractor(self, ex: Extractor, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -181,7 +181,7 @@ class Replication:
 
     def thl_tail(self) -> int:
         try:
-            with ThlReader(self.cfg.kafka.bootstrap_servers, self.cfg.thl_topic) as reader:
+            with ThlReader(self.cfg.kafka.client(), self.cfg.thl_topic) as reader:
                 tail = reader.tail()
         except ThlTopicMissing:
             return -1
@@ -232,7 +232,7 @@ class Replication:
         seqno = None
         while seqno is None:
             assert time.monotonic() < deadline, f"marker {marker} never reached the THL"
-            with ThlReader(self.cfg.kafka.bootstrap_servers, self.cfg.thl_topic) as reader:
+            with ThlReader(self.cfg.kafka.client(), self.cfg.thl_topic) as reader:
                 tail = reader.tail()
             if tail is not None and tail.event is not None and any(
                     isinstance(item, RowChange) and item.table == "ready"

@@ -95,7 +95,7 @@ def _applied_exactly_once(rep: Replication, query: Callable[[str], list[tuple[in
 def _data_seqnos(rep: Replication) -> tuple[set[int], set[int]]:
     """Seqnos carrying rows of the test schema (both targets), and any item (MariaDB)."""
     rows, any_item = set(), set()
-    with ThlReader(rep.cfg.kafka.bootstrap_servers, rep.cfg.thl_topic) as reader:
+    with ThlReader(rep.cfg.kafka.client(), rep.cfg.thl_topic) as reader:
         for rec in reader.records(reader.watermarks()[0]):
             assert rec.event is not None
             for item in rec.event.data:

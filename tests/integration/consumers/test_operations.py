@@ -31,7 +31,7 @@ def _tail_seqno_of_text(rep: Replication, text: str) -> int:
     """Seqno of the THL event carrying ``text`` in a row (waits for it to be extracted)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        with ThlReader(rep.cfg.kafka.bootstrap_servers, rep.cfg.thl_topic) as reader:
+        with ThlReader(rep.cfg.kafka.client(), rep.cfg.thl_topic) as reader:
             for rec in reader.records(reader.watermarks()[0]):
                 assert rec.event is not None
                 if text in repr(rec.event.data):
@@ -129,7 +129,7 @@ def test_heartbeat_lag_and_kafka_group_offsets_agree_with_status(
         applied = status["consumers"][group]["appliedLastSeqno"]
         assert applied == last
         committed = _group_offset(rep, group)
-        with ThlReader(rep.cfg.kafka.bootstrap_servers, rep.cfg.thl_topic) as reader:
+        with ThlReader(rep.cfg.kafka.client(), rep.cfg.thl_topic) as reader:
             # The committed offset is just past the last record of the applied seqno.
             assert reader.offset_of(applied + 1) >= committed
             records = list(reader.records(reader.offset_of(applied), committed))
@@ -166,7 +166,7 @@ def test_runner_serves_prometheus_metrics(replication: Replication) -> None:
 
 def _group_offset(rep: Replication, group: str) -> int:
     """The group's committed Kafka offset on the THL partition (negative: none)."""
-    admin = AdminClient({"bootstrap.servers": rep.cfg.kafka.bootstrap_servers})
+    admin = AdminClient(rep.cfg.kafka.client())
     request = [ConsumerGroupTopicPartitions(rep.cfg.group_id(group),
                                             [TopicPartition(rep.cfg.thl_topic, 0)])]
     result = admin.list_consumer_group_offsets(request)[rep.cfg.group_id(group)].result(30)

@@ -48,7 +48,7 @@ def _until(what: str, check: Callable[[], bool], timeout: float) -> None:
 
 def _assert_thl_exact(rep: Replication) -> int:
     """Every seqno once, in order, and no source transaction (event id) twice; the count."""
-    with ThlReader(rep.cfg.kafka.bootstrap_servers, rep.cfg.thl_topic) as reader:
+    with ThlReader(rep.cfg.kafka.client(), rep.cfg.thl_topic) as reader:
         low, _ = reader.watermarks()
         seqnos, event_ids, rows = [], [], 0
         for rec in reader.records(low):

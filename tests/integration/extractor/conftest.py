@@ -70,7 +70,7 @@ class ServiceUnderTest:
             conn.close()
 
     def reader(self) -> ThlReader:
-        return ThlReader(self.cfg.kafka.bootstrap_servers, self.cfg.thl_topic)
+        return ThlReader(self.cfg.kafka.client(), self.cfg.thl_topic)
 
     def events(self) -> list[ThlEvent]:
         """Every event of the THL, decoded, in order (fails on an undecodable record)."""

@@ -56,7 +56,7 @@ def test_thl_list_reports_an_undecodable_record_and_goes_on(
     running.sql(f"CREATE TABLE {running.schema}.t (id INT PRIMARY KEY)")
     running.wait_for_seqno(0)
     # A foreign writer puts garbage where seqno 1 would be, bypassing the extractor.
-    producer = Producer({"bootstrap.servers": running.cfg.kafka.bootstrap_servers})
+    producer = Producer(running.cfg.kafka.client())
     producer.produce(running.cfg.thl_topic, key=record_key(1, 0), value=b"\xc3\x01garbage!",
                      partition=0, headers=[("epoch", b"0")])
     producer.flush(10)

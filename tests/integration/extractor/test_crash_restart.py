@@ -174,7 +174,7 @@ def test_stale_extractor_is_fenced_by_kafka(
             break
         before = now
     # A newer extractor of the same service initialises its transactional producer...
-    newer = ThlProducer(svc.cfg.kafka.bootstrap_servers, svc.cfg.thl_topic,
+    newer = ThlProducer(svc.cfg.kafka.client(), svc.cfg.thl_topic,
                         transactional_id=f"tungsten-extractor-{svc.name}")
     try:
         # ... so the stale one can no longer commit what it extracts.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError
 
-from thl_topics.errors import ThlError, ThlUnavailable
+from thl_topics.errors import KafkaAccessError, ThlError, ThlUnavailable
 from thl_topics.producer import ProducerFenced, producer_error
 
 
@@ -15,7 +15,6 @@ from thl_topics.producer import ProducerFenced, producer_error
     KafkaError(KafkaError.INVALID_PRODUCER_EPOCH),
     # What produce() raises once a background delivery made the producer fatal.
     KafkaError(KafkaError._FATAL, "Unable to produce message: Local: Fatal error"),
-    KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, fatal=True),
 ])
 def test_fenced_or_fatal_producers_can_never_write_again(err: KafkaError) -> None:
     mapped = producer_error("thl.s", err)
@@ -27,3 +26,14 @@ def test_a_broker_away_is_unavailable_and_a_refusal_is_an_error() -> None:
     assert type(producer_error("thl.s", KafkaError(KafkaError._TRANSPORT))) is ThlUnavailable
     refused = producer_error("thl.s", KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
     assert type(refused) is ThlError
+
+
+def test_a_refused_transactional_id_is_an_access_error_not_fencing() -> None:
+    # Fatal too, but the operator must grant an ACL, not look for a second extractor.
+    err = KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "not authorized",
+                     fatal=True)
+    mapped = producer_error("thl.s", err, {"bootstrap.servers": "k1:9094",
+                                           "security.protocol": "SASL_SSL"})
+    assert isinstance(mapped, KafkaAccessError)
+    assert str(mapped).startswith("Kafka broker k1:9094 (SASL_SSL) denied access")
+    assert "ACLs" in str(mapped)
