@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 #: programs decide where they go, instead of raw lines on stderr.
 LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
 
+#: Longest pause between connection attempts of ``check_access``'s client.
+_PROBE_BACKOFF_MS = 1000
+
 #: Setting names whose values are secrets (librdkafka's own sensitive properties).
 _SECRET_WORDS = ("password", "secret")
 _SECRET_NAMES = frozenset({"ssl.key.pem", "ssl_key", "sasl.oauthbearer.config",
@@ -199,7 +202,15 @@ def check_access(kafka: str | Mapping[str, Any], timeout: float = 15.0) -> int:
     the certificate, ``ThlUnavailable`` naming the bootstrap servers if no broker answers
     within ``timeout`` seconds, ``KafkaSettingsError`` if librdkafka refuses the settings.
     """
-    admin, watch = new_admin(kafka)
+    probe = client_settings(kafka)
+    # A throwaway client: reconnect at least every second. With librdkafka's default
+    # backoff (doubling up to 10 s) a broker back from an outage could go unnoticed for
+    # most of the window, and the caller would wait for another whole attempt.
+    backoff = int(probe.get("reconnect.backoff.max.ms", _PROBE_BACKOFF_MS))
+    probe["reconnect.backoff.max.ms"] = min(backoff, _PROBE_BACKOFF_MS)
+    probe["reconnect.backoff.ms"] = min(int(probe.get("reconnect.backoff.ms", 100)),
+                                        probe["reconnect.backoff.max.ms"])
+    admin, watch = new_admin(probe)
     settings = watch.settings
     deadline = time.monotonic() + timeout
     last: KafkaError | None = None
