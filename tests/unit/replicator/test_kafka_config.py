@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from consumers.runtime import FeedSettings
 from trep.config import ConfigError, ServiceConfig, load_config
 
 SECRET = "pa55-w0rd-!x"
@@ -101,6 +102,9 @@ def test_secrets_are_never_shown(tmp_path: Path, pem: dict[str, Path]) -> None:
         assert SECRET not in shown and KEY_SECRET not in shown
     assert "'sasl.username': 'trep'" in repr(settings)  # only the secrets are hidden
     assert settings["sasl.password"] == SECRET
+    # The settings travel inside the consumer runtime's dataclasses; their repr hides too.
+    feed = FeedSettings(cfg.kafka.client(), cfg.thl_topic, cfg.group_id("g"), cfg.service)
+    assert SECRET not in repr(feed) and KEY_SECRET not in repr(feed)
 
 
 def test_password_from_the_environment(tmp_path: Path, pem: dict[str, Path],
