@@ -10,6 +10,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from thl_topics.client import (
+    ClientSettings,
     access_error,
     is_access_error,
     settings_error,
@@ -45,7 +46,8 @@ class ThlReader:
         self.codec = codec or ThlCodec()
         self.poll_timeout = poll_timeout
         settings, self._watch = watched(kafka)
-        self._conf = {
+        # Kept for messages; a ClientSettings, so even a stray repr hides the secrets.
+        self._conf = ClientSettings({
             **settings,
             # librdkafka wants a group id even for assign(); nothing is ever committed.
             "group.id": f"thl-reader-{uuid.uuid4()}",
@@ -56,7 +58,7 @@ class ThlReader:
             # A probe landing on a transaction marker or an aborted record gets an empty
             # answer; do not let the broker sit on it for the default 500 ms.
             "fetch.wait.max.ms": 20,
-        }
+        })
         try:
             self._consumer = Consumer(self._conf)
         except KafkaException as exc:
