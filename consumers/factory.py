@@ -21,8 +21,8 @@ def build_runtime(service: ServiceSettings, name: str, group: GroupConfig, zk: K
     feed = FeedSettings(service.kafka.client(), service.thl_topic, service.group_id(name),
                         service.service, service.tracking_schema)
     metrics = ConsumerMetrics(registry, service.service, name) if registry is not None \
-        else None
-    applier = build_applier(group.target, ApplierContext(service, name))
+        else ConsumerMetrics.disabled()
+    applier = build_applier(group.target, ApplierContext(service, name, metrics))
     return ConsumerRuntime(
         name, group, feed, applier,
         ComponentNodes(zk, service.zookeeper.root, service.service, f"consumers/{name}"),

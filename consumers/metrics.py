@@ -1,4 +1,5 @@
-"""Prometheus metrics of consumer groups: applied seqno, lag, events and rows, errors."""
+"""Prometheus metrics of consumer groups: applied seqno, lag, events and rows, errors, values
+changed by a target's value policy."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ class _Families:
     rows: Counter
     errors: Counter
     online: Gauge
+    changed: Counter
 
 
 _families: dict[int, _Families] = {}
@@ -44,7 +46,11 @@ def _families_of(registry: CollectorRegistry) -> _Families:
                         registry=registry),
                 Counter("trep_consumer_errors", "Errors by kind", (*_LABELS, "kind"),
                         registry=registry),
-                Gauge("trep_consumer_online", "1 when ONLINE", _LABELS, registry=registry))
+                Gauge("trep_consumer_online", "1 when ONLINE", _LABELS, registry=registry),
+                Counter("trep_values_changed",
+                        "Values the target could not hold as they were, stored changed by "
+                        "the group's policy (zero_date: stored as NULL, nul_character: "
+                        "U+0000 stripped)", (*_LABELS, "kind"), registry=registry))
             _families[id(registry)] = found
         return found
 
@@ -66,6 +72,11 @@ class ConsumerMetrics:
 
     def error(self, kind: str) -> None:
         self._f.errors.labels(*self._values, kind).inc()
+
+    def values_changed(self, kind: str, count: int = 1) -> None:
+        """``count`` values of ``kind`` committed changed by a value policy (0: show the
+        series before anything changed)."""
+        self._f.changed.labels(*self._values, kind).inc(count)
 
     def rows(self, event: ThlEvent) -> None:
         self._f.rows.labels(*self._values).inc(

@@ -9,13 +9,14 @@ SQL targets never imports pyspark or the Elasticsearch client.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from pydantic import Field
 
 from consumers.applier import Applier
 from consumers.memory.config import MemoryTarget
+from consumers.metrics import ConsumerMetrics
 from consumers.sql.config import SqlTarget
 from replicator.config import ServiceSettings
 
@@ -35,6 +36,9 @@ class ApplierContext:
 
     service: ServiceSettings
     group: str
+    #: The group's metrics, for an applier that counts what it does (values changed by a
+    #: policy); by default a private registry nobody scrapes.
+    metrics: ConsumerMetrics = field(default_factory=ConsumerMetrics.disabled)
 
     @property
     def tracking_schema(self) -> str:
