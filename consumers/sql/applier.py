@@ -2,15 +2,21 @@
 
 Row changes become INSERT/UPDATE/DELETE through SQLAlchemy Core; consecutive rows of one
 table, action and column layout go to the driver as one executemany. Statement events are
-replayed on MySQL-family targets only, inside the session OPTIONS they carry. The tracking
-schema ``tungsten_<service>`` lives on the target, and ``trep_commit_seqno`` is written in
-the same transaction as the data it covers (atomicity: transactional).
+replayed on MySQL-family targets only, inside the session OPTIONS they carry. On PostgreSQL
+and Oracle (``create_tables``) the row images make and evolve the tables instead
+(``consumers.sql.ddl``): on PostgreSQL that DDL runs in the block's transaction, so a crash
+or a rollback undoes it with the rows, and the applier forgets what it reflected. The
+tracking schema ``tungsten_<service>`` lives on the target, and ``trep_commit_seqno`` is
+written in the same transaction as the data it covers (atomicity: transactional).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +28,7 @@ from consumers.errors import DataError, PositionConflict, TransientError
 from consumers.heartbeat import Heartbeat
 from consumers.position import Position
 from consumers.registry import ApplierContext
+from consumers.sql import ddl
 from consumers.sql.config import MYSQL_FAMILY, SqlTarget
 from consumers.sql.errors import (
     DDL_ALREADY_DONE,
@@ -30,7 +37,7 @@ from consumers.sql.errors import (
     mysql_code,
 )
 from consumers.sql.statements import RowStatements, TargetTable, bind_rows, statement_for
-from consumers.sql.types import adapt_row
+from consumers.sql.types import UnmappedType, ValueRefused, adapt_row, policy_for
 from replicator import crashpoints
 from replicator.sql_names import is_database_statement, is_transactional
 from replicator.tracking import (
@@ -49,6 +56,10 @@ _HEARTBEAT = "heartbeat"
 _RAW = {"no_parameters": True}
 _SESSION_VARIABLES = ("sql_mode", "foreign_key_checks", "unique_checks",
                       "character_set_client", "collation_connection")
+#: Dialects whose tables the applier can make from the THL (see consumers.sql.types).
+_CREATES = ("postgresql", "oracle")
+#: A value policy's warning for one table column is logged at most this often.
+_WARN_EVERY_S = 60.0
 
 
 @dataclass
@@ -86,6 +97,20 @@ class SqlApplier:
         if statements == "apply" and self.dialect not in MYSQL_FAMILY:
             raise ValueError(f"statements: apply works on MySQL/MariaDB targets only, not "
                              f"{self.dialect} ({self.target}); use skip or error")
+        self.create_tables = self.dialect in _CREATES if cfg.create_tables is None \
+            else cfg.create_tables
+        if self.create_tables and self.dialect not in _CREATES:
+            raise ValueError(f"create_tables works on PostgreSQL and Oracle targets, not "
+                             f"{self.dialect} ({self.target})"
+                             + ("; MySQL-family targets get their tables from the replayed "
+                                "DDL" if self.dialect in MYSQL_FAMILY else ""))
+        self.policy = policy_for(self.dialect, cfg.zero_dates, cfg.nul_characters)
+        self.metrics = ctx.metrics
+        if self.policy is not None:
+            # Zero-valued series from the start, so a dashboard sees them before any change.
+            self.metrics.values_changed("zero_date", 0)
+            if self.policy.checks_nul:
+                self.metrics.values_changed("nul_character", 0)
         self.capabilities = Capabilities(
             atomicity=Atomicity.TRANSACTIONAL, statements=StatementPolicy(statements),
             keyless_tables=True, block=BlockLimits(events=10, ms=500))
@@ -101,6 +126,11 @@ class SqlApplier:
         self._seqnos: list[int] = []
         #: The first seqno after a (re)connect may replay a DDL that already ran.
         self._replaying = False
+        #: The open block created or altered a table (undone by a rollback on PostgreSQL).
+        self._ddl_in_block = False
+        #: Values the policy changed in the open block, by (kind, table, column).
+        self._changed: Counter[tuple[str, str, str]] = Counter()
+        self._warned: dict[tuple[str, str, str], float] = {}
         #: The seqno stored on the target as this applier last read (position), cleared
         #: (reset) or wrote (commit) it; a block commits only if the target still holds it,
         #: so there is one writer per position. The runtime reads it before any block.
@@ -126,6 +156,8 @@ class SqlApplier:
     # -- connection -------------------------------------------------------------------------
 
     def connect(self) -> None:
+        # The target may have changed while this group was away (tables dropped, altered).
+        self._forget_tables()
         if self._engine is None:
             self._engine = sa.create_engine(self.url, pool_pre_ping=True, pool_size=1,
                                             hide_parameters=True, **self._connect_args())
@@ -177,6 +209,7 @@ class SqlApplier:
 
     def begin(self) -> None:
         self._seqnos = []
+        self._changed.clear()
         try:
             self._conn = self._eng.connect()
             self._txn = self._conn.begin()
@@ -238,6 +271,8 @@ class SqlApplier:
             crashpoints.reached("apply-before-position")
             self.tracking.advance(self._db, row, self._expected)
             txn.commit()
+            self._ddl_in_block = False
+            self._count_changes(position.seqno)
         except PositionMoved as exc:
             self.rollback()
             raise self._conflict(exc, seqno=position.seqno) from exc
@@ -264,12 +299,41 @@ class SqlApplier:
 
     def rollback(self) -> None:
         self._batch = None
+        self._changed.clear()
+        if self.policy is not None:
+            self.policy.collect()
         try:
             if self._txn is not None and self._txn.is_active:
                 self._txn.rollback()
         except sa_exc.SQLAlchemyError as exc:
             log.debug("rollback: %s", exc)
+        if self._ddl_in_block:
+            # The rollback undid this block's CREATE/ALTER: what was reflected after them
+            # describes tables that no longer are.
+            self._forget_tables()
         self._end()
+
+    def _forget_tables(self) -> None:
+        self._tables.clear()
+        self._stmts.clear()
+        self._batch = None
+        self._ddl_in_block = False
+
+    def _count_changes(self, seqno: int) -> None:
+        """Committed: count what the value policy changed, warn (at most once a minute per
+        column)."""
+        changed, self._changed = self._changed, Counter()
+        now = time.monotonic()
+        for (kind, table, column), count in sorted(changed.items()):
+            self.metrics.values_changed(kind, count)
+            key = (kind, table, column)
+            if key not in self._warned or now - self._warned[key] >= _WARN_EVERY_S:
+                self._warned[key] = now
+                what = "zero date(s) stored as NULL" if kind == "zero_date" else \
+                    "value(s) stored without their U+0000 characters"
+                log.warning("%s: %s.%s: %d %s in the block up to seqno %d (policy of this "
+                            "target; counted in trep_values_changed_total{kind=\"%s\"})",
+                            self.target, table, column, count, what, seqno, kind)
 
     def _end(self) -> None:
         if self._conn is not None:
@@ -281,24 +345,156 @@ class SqlApplier:
 
     # -- rows -------------------------------------------------------------------------------
 
-    def _table(self, schema: str, table: str) -> TargetTable:
-        key = (schema, table)
+    def _table(self, change: RowChange, specs: Sequence[ColumnSpec], seqno: int
+               ) -> TargetTable:
+        key = (change.schema, change.table)
         found = self._tables.get(key)
         if found is None:
-            inspector = sa.inspect(self._db)
-            try:
-                columns = inspector.get_columns(table, schema=schema)
-            except sa_exc.NoSuchTableError:
-                hint = "" if self.capabilities.statements is StatementPolicy.APPLY else (
-                    "; create it there (statements are not applied to this target)")
-                raise DataError(f"table {schema}.{table} does not exist on {self.target}"
-                                + hint) from None
-            found = TargetTable(
-                schema, table, {self._column_name(c["name"]): c["type"] for c in columns},
-                {self._column_name(c["name"]): bool(c["computed"].get("persisted", True))
-                 for c in columns if c.get("computed")})
+            found = self._reflect(change.schema, change.table)
+            if found is None:
+                if not self.create_tables:
+                    hint = "" if self.capabilities.statements is StatementPolicy.APPLY else (
+                        "; create it there (statements are not applied to this target)")
+                    raise DataError(f"table {change.schema}.{change.table} does not exist on "
+                                    f"{self.target}" + hint, seqno=seqno)
+                found = self._create(change.schema, change.table, specs, seqno)
             self._tables[key] = found
+        if self.create_tables:
+            found = self._evolve(found, specs, seqno)
         return found
+
+    def _reflect(self, schema: str, table: str) -> TargetTable | None:
+        """The target table as it is now; None if there is none."""
+        try:
+            columns = sa.inspect(self._db).get_columns(table, schema=schema)
+        except sa_exc.NoSuchTableError:
+            return None
+        except sa_exc.DBAPIError as exc:
+            raise self._classify(exc, f"reading the columns of {schema}.{table}") from exc
+        sources = {}
+        for c in columns:
+            source = ddl.SourceType.from_comment(c.get("comment"))
+            if source is not None:
+                sources[self._column_name(c["name"])] = source
+        return TargetTable(
+            schema, table, {self._column_name(c["name"]): c["type"] for c in columns},
+            {self._column_name(c["name"]): bool(c["computed"].get("persisted", True))
+             for c in columns if c.get("computed")}, sources)
+
+    def _create(self, schema: str, name: str, specs: Sequence[ColumnSpec], seqno: int
+                ) -> TargetTable:
+        """Create the table of a row image (and its schema); the table as reflected."""
+        where = f"{schema}.{name}"
+        try:
+            table = ddl.new_table(schema, name, specs, self._db.dialect)
+        except UnmappedType as exc:
+            raise DataError(f"{self.target}: cannot create {where} for seqno {seqno}: {exc}; "
+                            "create it by hand", seqno=seqno) from exc
+        self._run_ddl(ddl.create_statements(table, self._db.dialect), where, seqno)
+        log.info("%s: created %s from the THL (seqno %d): %d column(s)%s", self.target, where,
+                 seqno, len(specs), ", primary key " + ", ".join(
+                     s.name for s in specs if s.primary_key) if any(
+                     s.primary_key for s in specs) else ", no primary key")
+        return self._reflected(schema, name, seqno)
+
+    def _reflected(self, schema: str, name: str, seqno: int) -> TargetTable:
+        found = self._reflect(schema, name)
+        if found is None:
+            raise DataError(f"{self.target}: {schema}.{name} is not there right after it was "
+                            f"created or altered (seqno {seqno})", seqno=seqno)
+        return found
+
+    def _evolve(self, found: TargetTable, specs: Sequence[ColumnSpec], seqno: int
+                ) -> TargetTable:
+        """Bring a table made from the THL in line with a row image's columns.
+
+        New columns are added and widened source types widen their column, in the block's
+        transaction; a column dropped or narrowed on the source stops the group.
+        """
+        layout = tuple((s.name, s.type.upper(), s.length, s.scale, s.unsigned) for s in specs)
+        if layout in found.checked:
+            return found
+        where = found.qualified
+        names = {s.name for s in specs}
+        dropped = [c for c in found.sources if c not in names and c not in found.generated]
+        if dropped:
+            raise DataError(
+                f"{self.target}: {where} has column(s) {', '.join(dropped)} that the row "
+                f"image of seqno {seqno} lacks: dropped on the source? The target keeps "
+                "them, so nothing is written without them. Drop them on the target (or "
+                "clear their comment to keep them, filled by their default), then put the "
+                "group online", seqno=seqno)
+        table = ddl.new_table(found.schema, found.name, [], self._db.dialect)
+        statements: list[ddl.Ddl] = []
+        try:
+            for spec in specs:
+                if spec.name not in found.types:
+                    column = ddl.new_column(spec, self._db.dialect)
+                    table.append_column(column)
+                    statements += ddl.add_column(table, column, self._db.dialect)
+                    continue
+                old = found.sources.get(spec.name)
+                if old is None:
+                    continue  # a column made by hand: its type is the user's choice
+                new = ddl.SourceType.of(spec)
+                change = ddl.compare(old, new)
+                if change is ddl.Change.WIDER:
+                    column = ddl.new_column(spec, self._db.dialect)
+                    table.append_column(column)
+                    statements += ddl.widen_column(table, column, found.types[spec.name],
+                                                   self._db.dialect)
+                elif change is not ddl.Change.SAME:
+                    how = "narrowed" if change is ddl.Change.NARROWER else "changed type"
+                    raise DataError(
+                        f"{self.target}: column {spec.name} of {where} {how} on the source "
+                        f"from {old} to {new} (seqno {seqno}): the source rewrote its rows "
+                        "without row events, so the target may hold values the source no "
+                        "longer has. Fix the column on the target (its type, its values and "
+                        f"its comment '{new.comment()}'), then put the group online",
+                        seqno=seqno)
+        except UnmappedType as exc:
+            raise DataError(f"{self.target}: cannot evolve {where} for seqno {seqno}: {exc}",
+                            seqno=seqno) from exc
+        if statements:
+            self._run_ddl(statements, where, seqno)
+            log.info("%s: %s follows the source at seqno %d: %s", self.target, where, seqno,
+                     "; ".join(ddl.ddl_text(statements, self._db.dialect)))
+            if any(isinstance(s, str) and " ADD " in s for s in statements):
+                log.warning("%s: %s: columns added at seqno %d are NULL in the rows the "
+                            "target already had, whatever DEFAULT the source gave them",
+                            self.target, where, seqno)
+            found = self._reflected(found.schema or "", found.name, seqno)
+            self._tables[(found.schema or "", found.name)] = found
+        found.checked.add(layout)
+        return found
+
+    def _run_ddl(self, statements: Sequence[ddl.Ddl], where: str, seqno: int) -> None:
+        """DDL in the block's transaction (PostgreSQL: transactional DDL, undone with the
+        block by a crash or a rollback); elsewhere on its own connection, committed."""
+        # Rows of the block before this seqno go first, in source order.
+        self._flush()
+        self._stmts.clear()
+        self._ddl_in_block = True
+        try:
+            if self.dialect == "postgresql":
+                for stmt in statements:
+                    self._execute_ddl(self._db, stmt)
+            else:
+                # Oracle commits DDL by itself: keep it out of the block's transaction.
+                with self._eng.connect().execution_options(
+                        isolation_level="AUTOCOMMIT") as conn:
+                    for stmt in statements:
+                        self._execute_ddl(conn, stmt)
+        except sa_exc.DBAPIError as exc:
+            raise self._classify(exc, f"creating or altering {where} for seqno {seqno}",
+                                 seqno=seqno) from exc
+
+    @staticmethod
+    def _execute_ddl(conn: sa.Connection, stmt: ddl.Ddl) -> None:
+        if isinstance(stmt, str):
+            conn.exec_driver_sql(stmt)
+        else:
+            conn.execute(stmt)
 
     def _column_name(self, reflected: str) -> str:
         # SQLAlchemy's MySQL reflection parses SHOW CREATE TABLE and keeps a backtick inside
@@ -306,22 +502,28 @@ class SqlApplier:
         return reflected.replace("``", "`") if self.dialect in MYSQL_FAMILY else reflected
 
     def _rows(self, change: RowChange, event: ThlEvent) -> None:
-        target = self._table(change.schema, change.table)
-        specs = change.column_specs or change.key_specs
+        specs = _image_specs(change)
+        target = self._table(change, specs, event.seqno)
         missing = [c.name for c in specs if c.name not in target.types]
         if missing:
             raise DataError(f"{target.qualified} on {self.target} has no column(s) "
-                            f"{', '.join(missing)} (seqno {event.seqno})")
+                            f"{', '.join(missing)} (seqno {event.seqno})", seqno=event.seqno)
         try:
             after = [adapt_row(r, change.column_specs,
                                [target.types[c.name] for c in change.column_specs],
-                               self.dialect) for r in change.column_values]
+                               self.dialect, self.policy) for r in change.column_values]
             before = [adapt_row(r, change.key_specs,
                                 [target.types[c.name] for c in change.key_specs],
-                                self.dialect) for r in change.key_values]
+                                self.dialect, self.policy) for r in change.key_values]
+        except ValueRefused as exc:
+            raise DataError(f"{self.target}: {target.qualified}, column {exc.column}, seqno "
+                            f"{event.seqno}: {exc}", seqno=event.seqno) from exc
         except (ValueError, TypeError) as exc:
             raise DataError(f"{target.qualified}: a value of seqno {event.seqno} cannot be "
-                            f"converted: {exc}") from exc
+                            f"converted: {exc}", seqno=event.seqno) from exc
+        if self.policy is not None and self.policy.changed:
+            for (kind, column), count in self.policy.collect().items():
+                self._changed[kind, target.qualified, column] += count
         params = bind_rows(change.action, after, before, change.key_specs)
         batch = _Batch(target, change.action, change.column_specs, change.key_specs, params)
         if self._batch is not None and self._batch.layout() == batch.layout():
@@ -403,6 +605,14 @@ class SqlApplier:
 
     def _quote(self, name: str) -> str:
         return str(self._db.dialect.identifier_preparer.quote_identifier(name))
+
+
+def _image_specs(change: RowChange) -> list[ColumnSpec]:
+    """Every column of a row change's images, after image first."""
+    if not change.key_specs or change.key_specs is change.column_specs:
+        return list(change.column_specs)
+    seen = {c.name for c in change.column_specs}
+    return [*change.column_specs, *(c for c in change.key_specs if c.name not in seen)]
 
 
 def _sql_string(text: str) -> str:

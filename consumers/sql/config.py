@@ -26,6 +26,21 @@ class SqlTarget(BaseModel):
     #: Statement events (DDL, statement-format DML): ``apply`` (MySQL-family targets only),
     #: ``skip`` them, or stop with an ``error``. Default: apply on MySQL/MariaDB, else error.
     statements: Literal["apply", "skip", "error"] | None = None
+    #: Create a table the THL names and the target lacks (schema too), add a column a row
+    #: image has and the table lacks, widen a column whose source type widened; stop on a
+    #: column dropped or narrowed on the source (see the README's type map). Default: on
+    #: for PostgreSQL and Oracle; MySQL-family targets get their tables from the replayed
+    #: DDL and cannot turn it on.
+    create_tables: bool | None = None
+    #: A zero date ('0000-00-00', '0000-00-00 00:00:00') on a target that has none
+    #: (PostgreSQL, Oracle): ``null`` stores NULL, logs a warning and counts it in
+    #: ``trep_values_changed_total{kind="zero_date"}``; ``error`` stops the group at its
+    #: seqno. MySQL-family targets store zero dates as they are.
+    zero_dates: Literal["null", "error"] = "null"
+    #: U+0000 in text on PostgreSQL (its text types cannot hold it): ``error`` stops the group
+    #: at its seqno; ``strip`` removes it and counts the value in
+    #: ``trep_values_changed_total{kind="nul_character"}``. Other targets store it.
+    nul_characters: Literal["error", "strip"] = "error"
     #: Rows sent to the driver in one executemany at most.
     batch_rows: int = Field(1000, gt=0)
     #: Also record every applied seqno in ``trep_apply_audit`` (same transaction as the

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
+from consumers.sql.ddl import SourceType
 from thl_topics.event import ColumnSpec, RowAction
 
 _S = TypeVar("_S", sa.Update, sa.Delete)
@@ -35,6 +36,10 @@ class TargetTable:
     #: Generated columns of the target, by name: True if stored, False if virtual. The
     #: target computes them: they are never written, and a virtual one never matched.
     generated: dict[str, bool] = field(default_factory=dict)
+    #: Source types recorded in the comments of columns made from the THL, by name.
+    sources: dict[str, SourceType] = field(default_factory=dict)
+    #: Column layouts of row images already checked against this table.
+    checked: set[tuple[object, ...]] = field(default_factory=set)
     table: sa.Table = field(init=False)
 
     def __post_init__(self) -> None:

@@ -1,13 +1,26 @@
-"""THL values bend to what the target column is, losing nothing."""
+"""The type map (PostgreSQL real, Oracle compiled) and THL values bent to the target column,
+losing nothing, or changed by the target's value policy and counted."""
 
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import oracle, postgresql
 
-from consumers.sql.types import adapt, adapt_row
+from consumers.sql.types import (
+    UnmappedType,
+    ValuePolicy,
+    ValueRefused,
+    adapt,
+    adapt_row,
+    char_length,
+    column_type,
+    policy_for,
+    type_map_markdown,
+)
 from thl_topics.event import ColumnSpec
 
 
@@ -37,3 +50,128 @@ def test_unsigned_bigint_max_and_binary_padding_survive() -> None:
     row = adapt_row(["18446744073709551615", b"\x00\x01"], [big, binary],
                     [sa.Numeric(20), postgresql.BYTEA()], "postgresql")
     assert row == [18446744073709551615, b"\x00\x01\x00\x00"]
+
+
+# -- the type map ---------------------------------------------------------------------------
+
+def _spec(name: str, type_: str, length: int = 0, scale: int = 0, *, unsigned: bool = False,
+          charset: str | None = None, members: tuple[str, ...] = ()) -> ColumnSpec:
+    return ColumnSpec(0, name, type_, length, scale, unsigned, charset=charset,
+                      enum_values=list(members))
+
+
+#: The type matrix's columns as the extractor writes their specs (MariaDB 10.11, utf8mb4),
+#: with the PostgreSQL and Oracle columns made for them.
+MATRIX = [
+    (_spec("u_big", "BIGINT", unsigned=True), "NUMERIC(20, 0)", "NUMBER(20, 0)"),
+    (_spec("s_big", "BIGINT"), "BIGINT", "NUMBER(19, 0)"),
+    (_spec("tiny", "TINYINT"), "SMALLINT", "NUMBER(3, 0)"),
+    (_spec("u_tiny", "TINYINT", unsigned=True), "SMALLINT", "NUMBER(3, 0)"),
+    (_spec("small", "SMALLINT"), "SMALLINT", "NUMBER(5, 0)"),
+    (_spec("u_small", "SMALLINT", unsigned=True), "INTEGER", "NUMBER(5, 0)"),
+    (_spec("u_med", "MEDIUMINT", unsigned=True), "INTEGER", "NUMBER(8, 0)"),
+    (_spec("i", "INT"), "INTEGER", "NUMBER(10, 0)"),
+    (_spec("u_i", "INT", unsigned=True), "BIGINT", "NUMBER(10, 0)"),
+    (_spec("dec_small", "DECIMAL", 10, 4), "NUMERIC(10, 4)", "NUMBER(10, 4)"),
+    (_spec("f", "FLOAT"), "REAL", "BINARY_FLOAT"),
+    (_spec("d", "DOUBLE"), "DOUBLE PRECISION", "BINARY_DOUBLE"),
+    (_spec("b64", "BIT", 64), "BIT(64)", "NUMBER(20, 0)"),
+    (_spec("b9", "BIT", 9), "BIT(9)", "NUMBER(3, 0)"),
+    (_spec("y", "YEAR", unsigned=True), "SMALLINT", "NUMBER(4, 0)"),
+    (_spec("t6", "TIME", 0, 6), "INTERVAL (6)", "INTERVAL DAY(2) TO SECOND(6)"),
+    (_spec("t0", "TIME"), "INTERVAL (0)", "INTERVAL DAY(2) TO SECOND(0)"),
+    (_spec("dt6", "DATETIME", 0, 6), "TIMESTAMP(6) WITHOUT TIME ZONE", "TIMESTAMP"),
+    (_spec("ts0", "TIMESTAMP"), "TIMESTAMP(0) WITH TIME ZONE", "TIMESTAMP WITH TIME ZONE"),
+    (_spec("dte", "DATE"), "DATE", "DATE"),
+    (_spec("e", "ENUM", charset="utf8", members=("a", "b", "ç😀")), "TEXT",
+     "VARCHAR2(2 CHAR)"),
+    (_spec("st", "SET", charset="utf8", members=("x", "y", "z")), "TEXT", "VARCHAR2(5 CHAR)"),
+    (_spec("vc", "VARCHAR", 200, charset="utf8"), "VARCHAR(66)", "VARCHAR2(66 CHAR)"),
+    (_spec("latin", "VARCHAR", 10, charset="cp1252"), "VARCHAR(10)", "VARCHAR2(10 CHAR)"),
+    (_spec("ch", "CHAR", 20, charset="utf8"), "VARCHAR(6)", "VARCHAR2(6 CHAR)"),
+    (_spec("long", "VARCHAR", 65532, charset="utf8"), "VARCHAR(21844)", "CLOB"),
+    (_spec("txt", "TEXT", charset="utf8"), "TEXT", "CLOB"),
+    (_spec("j", "JSON"), "JSONB", "CLOB"),
+    (_spec("vb", "VARBINARY", 20), "BYTEA", "RAW(20)"),
+    (_spec("bn", "BINARY", 4), "BYTEA", "RAW(4)"),
+    (_spec("bl", "BLOB"), "BYTEA", "BLOB"),
+]
+
+
+def test_every_matrix_type_has_its_postgresql_and_oracle_column() -> None:
+    pg, ora = postgresql.dialect(), oracle.dialect()  # type: ignore[no-untyped-call]
+    for spec, on_pg, on_oracle in MATRIX:
+        assert column_type(spec, "postgresql").compile(dialect=pg) == on_pg, spec.name
+        assert column_type(spec, "oracle").compile(dialect=ora) == on_oracle, spec.name
+    assert column_type(_spec("dec65", "DECIMAL", 65, 30), "postgresql").compile(
+        dialect=pg) == "NUMERIC(65, 30)"
+
+
+def test_a_type_without_an_exact_column_is_refused() -> None:
+    with pytest.raises(UnmappedType, match=r"DECIMAL\(65,30\) does not fit Oracle NUMBER"):
+        column_type(_spec("dec65", "DECIMAL", 65, 30), "oracle")
+    with pytest.raises(UnmappedType, match="THL type TYPE245 has no column type"):
+        column_type(_spec("x", "TYPE245"), "postgresql")
+    with pytest.raises(UnmappedType, match="PostgreSQL and Oracle only, not mysql"):
+        column_type(_spec("x", "INT"), "mysql")
+
+
+def test_char_lengths_come_from_bytes_never_too_narrow() -> None:
+    # utf8 may be utf8mb3 (3 bytes a character) or utf8mb4 (4): divide by the smaller.
+    assert char_length(_spec("a", "VARCHAR", 21, charset="utf8")) == 7  # utf8mb3 VARCHAR(7)
+    assert char_length(_spec("a", "VARCHAR", 28, charset="utf8")) == 9  # utf8mb4 VARCHAR(7)
+    assert char_length(_spec("a", "VARCHAR", 14, charset="ucs2")) == 7
+    assert char_length(_spec("a", "VARCHAR", 7, charset="cp1252")) == 7
+    assert char_length(_spec("a", "VARCHAR", 7, charset="unheard-of")) == 7
+    assert char_length(_spec("a", "CHAR", 0, charset="utf8")) == 1
+
+
+def test_the_readme_shows_the_type_map() -> None:
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    assert type_map_markdown() in readme
+
+
+# -- value policies -------------------------------------------------------------------------
+
+DATE = _spec("d", "DATE")
+DATETIME = _spec("dt", "DATETIME", 0, 6)
+TEXT = _spec("t", "TEXT", charset="utf8")
+JSON = _spec("j", "JSON")
+
+
+def test_zero_dates_become_null_and_are_counted() -> None:
+    policy = ValuePolicy("postgresql", "null", "error")
+    row = adapt_row(["0000-00-00", "0000-00-00 00:00:00.000000", "2024-01-02"],
+                    [DATE, DATETIME, _spec("ok", "DATE")], [sa.Date()] * 3, "postgresql", policy)
+    assert row == [None, None, dt.date(2024, 1, 2)]
+    assert policy.collect() == {("zero_date", "d"): 1, ("zero_date", "dt"): 1}
+    assert policy.collect() == {}
+
+
+def test_zero_dates_stop_with_error() -> None:
+    policy = ValuePolicy("postgresql", "error", "error")
+    with pytest.raises(ValueRefused, match="zero date '0000-00-00' cannot be stored") as err:
+        adapt_row(["0000-00-00"], [DATE], [sa.Date()], "postgresql", policy)
+    assert err.value.column == "d"
+
+
+def test_nul_characters_stop_or_are_stripped_and_counted() -> None:
+    strict = ValuePolicy("postgresql", "null", "error")
+    with pytest.raises(ValueRefused, match=r"cannot hold U\+0000"):
+        adapt_row(["a\x00b"], [TEXT], [sa.Text()], "postgresql", strict)
+    strip = ValuePolicy("postgresql", "null", "strip")
+    assert adapt_row(["a\x00b\x00", "plain"], [TEXT, _spec("u", "VARCHAR", 9)],
+                     [sa.Text(), sa.Text()], "postgresql", strip) == ["ab", "plain"]
+    # JSONB refuses the \\u0000 escape too; an escaped backslash before 'u0000' is text.
+    assert adapt_row(['{"k\\u0000": "a\\u0000b", "x": "\\\\u0000"}'], [JSON], [sa.Text()],
+                     "postgresql", strip) == ['{"k": "ab", "x": "\\\\u0000"}']
+    assert strip.collect() == {("nul_character", "t"): 1, ("nul_character", "j"): 1}
+
+
+def test_only_postgresql_checks_nul_and_mysql_keeps_everything() -> None:
+    oracle_policy = policy_for("oracle", "null", "error")
+    assert oracle_policy is not None
+    assert adapt_row(["a\x00b"], [TEXT], [sa.Text()], "oracle", oracle_policy) == ["a\x00b"]
+    assert policy_for("mariadb", "error", "error") is None
+    assert adapt_row(["0000-00-00", "a\x00"], [DATE, TEXT], [sa.Date(), sa.Text()],
+                     "mariadb", None) == ["0000-00-00", "a\x00"]
