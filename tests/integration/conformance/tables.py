@@ -1,24 +1,22 @@
-"""The tables every applier is checked on, in MariaDB's DDL (the source) and PostgreSQL's.
+"""The tables every applier is checked on, in MariaDB's DDL (the source).
 
-A kind that creates its tables from the THL (MariaDB through DDL, MongoDB, Elasticsearch,
-the warehouse, change topics) only needs the MariaDB form; PostgreSQL still gets its tables
-by hand until it creates them itself.
+Every kind gets its tables from the THL: MariaDB through the replayed DDL, PostgreSQL from
+the row images (``create_tables``), the other stores by their nature.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..consumers.tables import TYPES_MYSQL, TYPES_NAMES, TYPES_PG, TYPES_ROWS
+from ..consumers.tables import TYPES_MYSQL, TYPES_NAMES, TYPES_ROWS
 
 
 @dataclass(frozen=True)
 class Table:
-    """A test table: its DDL on the source and on PostgreSQL, columns, key columns."""
+    """A test table: its DDL on the source, columns, key columns."""
 
     name: str
     mysql: str
-    pg: str
     columns: tuple[str, ...]
     #: Primary key columns in key order (empty: the table has no key).
     key: tuple[str, ...]
@@ -28,34 +26,27 @@ ITEMS = Table(
     "items",
     "CREATE TABLE {s}.items (id INT PRIMARY KEY, name VARCHAR(40), qty INT, "
     "price DECIMAL(12,2)) DEFAULT CHARSET=utf8mb4",
-    'CREATE TABLE "{s}".items (id INT PRIMARY KEY, name VARCHAR(40), qty INT, '
-    "price NUMERIC(12,2))",
     ("id", "name", "qty", "price"), ("id",))
 COMPOSITE = Table(
     "composite",
     "CREATE TABLE {s}.composite (b VARCHAR(10), a INT, v TEXT, PRIMARY KEY (a, b)) "
     "DEFAULT CHARSET=utf8mb4",
-    'CREATE TABLE "{s}".composite (b VARCHAR(10), a INT, v TEXT, PRIMARY KEY (a, b))',
     ("a", "b", "v"), ("a", "b"))
 NOPK = Table(
     "nopk",
     "CREATE TABLE {s}.nopk (a INT, b VARCHAR(20) NULL) DEFAULT CHARSET=utf8mb4",
-    'CREATE TABLE "{s}".nopk (a INT, b VARCHAR(20) NULL)',
     ("a", "b"), ())
-TYPES = Table("types", TYPES_MYSQL, TYPES_PG, tuple(TYPES_NAMES), ("id",))
+TYPES = Table("types", TYPES_MYSQL, tuple(TYPES_NAMES), ("id",))
 HOSTILE = Table(
     'sel`ect "tbl" ü',
     "CREATE TABLE {s}.`sel``ect \"tbl\" ü` (`from` INT PRIMARY KEY, `we\"ird` VARCHAR(20), "
     "`back``tick` INT, `ünï é` TEXT, `order` INT) DEFAULT CHARSET=utf8mb4",
-    'CREATE TABLE "{s}"."sel`ect ""tbl"" ü" ("from" INT PRIMARY KEY, "we""ird" VARCHAR(20), '
-    '"back`tick" INT, "ünï é" TEXT, "order" INT)',
     ("from", 'we"ird', "back`tick", "ünï é", "order"), ("from",))
 READY = Table(
-    "ready", "CREATE TABLE {s}.ready (n INT AUTO_INCREMENT PRIMARY KEY)",
-    'CREATE TABLE "{s}".ready (n INT PRIMARY KEY)', ("n",), ("n",))
+    "ready", "CREATE TABLE {s}.ready (n INT AUTO_INCREMENT PRIMARY KEY)", ("n",), ("n",))
 BIG = Table(
     "big", "CREATE TABLE {s}.big (id INT PRIMARY KEY, pad VARCHAR(40)) DEFAULT CHARSET=utf8mb4",
-    'CREATE TABLE "{s}".big (id INT PRIMARY KEY, pad VARCHAR(40))', ("id", "pad"), ("id",))
+    ("id", "pad"), ("id",))
 
 ALL = (READY, ITEMS, COMPOSITE, NOPK, TYPES, HOSTILE, BIG)
 

@@ -1,4 +1,9 @@
-"""A replicated service under test: source MariaDB -> THL -> MariaDB target and PostgreSQL."""
+"""A replicated service under test: source MariaDB -> THL -> MariaDB target and PostgreSQL.
+
+MariaDB gets its tables from the replayed DDL. PostgreSQL makes its tables from the THL
+(``create_tables``, its default) unless a test writes them by hand first (``pg_by_hand``:
+the schema and ``ready`` by hand, and the tests' own PostgreSQL DDL), so both ways run.
+"""
 
 from __future__ import annotations
 
@@ -41,8 +46,11 @@ class Replication:
     def __init__(self, tmp_path: Path, source: MariaDB, target: MariaDB, pg: PostgreSQL,
                  kafka: Service, zookeeper: Service, *,
                  mariadb_target: dict[str, Any] | None = None,
-                 pg_target: dict[str, Any] | None = None, **consumer: Any) -> None:
-        """``consumer``: runtime settings of both groups; ``*_target``: target settings."""
+                 pg_target: dict[str, Any] | None = None, pg_by_hand: bool = True,
+                 **consumer: Any) -> None:
+        """``consumer``: runtime settings of both groups; ``*_target``: target settings;
+        ``pg_by_hand``: create the PostgreSQL schema and ``ready`` table here (else the
+        applier makes them from the THL)."""
         mariadb_target = mariadb_target or {}
         pg_target = pg_target or {}
         self.name = f"r{uuid.uuid4().hex[:10]}"
@@ -76,8 +84,9 @@ class Replication:
                  f"CREATE TABLE {self.schema}.ready (n INT AUTO_INCREMENT PRIMARY KEY)")
         self.tgt(f"CREATE DATABASE {self.schema}")
         self.tgt(f"CREATE TABLE {self.schema}.ready (n INT AUTO_INCREMENT PRIMARY KEY)")
-        self.pgsql(f'CREATE SCHEMA "{self.schema}"',
-                   f'CREATE TABLE "{self.schema}".ready (n INT PRIMARY KEY)')
+        if pg_by_hand:
+            self.pgsql(f'CREATE SCHEMA "{self.schema}"',
+                       f'CREATE TABLE "{self.schema}".ready (n INT PRIMARY KEY)')
         self.runner: Runner | None = None
         self._thread: threading.Thread | None = None
         self.zk = connect(self.cfg.zookeeper.hosts, 10)

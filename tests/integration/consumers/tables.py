@@ -63,11 +63,13 @@ TYPES_ROWS: list[tuple[Any, ...]] = [
 ]
 
 
-def create_tables(rep: Replication, *ddl: tuple[str, str]) -> None:
-    """Create on the source (the THL carries it to MariaDB) and on PostgreSQL."""
+def create_tables(rep: Replication, *ddl: tuple[str, str | None]) -> None:
+    """Create on the source (the THL carries it to MariaDB) and on PostgreSQL by hand; a
+    table without PostgreSQL DDL is made there by the applier from the THL."""
     for mysql, pg in ddl:
         rep.src(mysql.format(s=rep.schema))
-        rep.pgsql(pg.format(s=rep.schema))
+        if pg is not None:
+            rep.pgsql(f'CREATE SCHEMA IF NOT EXISTS "{rep.schema}"', pg.format(s=rep.schema))
 
 
 def _norm(column: str, value: Any) -> Any:

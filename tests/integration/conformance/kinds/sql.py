@@ -1,4 +1,5 @@
-"""The SQL kinds: MariaDB (tables from replayed DDL) and PostgreSQL (tables by hand)."""
+"""The SQL kinds: MariaDB (tables from the replayed DDL) and PostgreSQL (tables made by the
+applier from the THL's row images: ``create_tables``)."""
 
 from __future__ import annotations
 
@@ -88,14 +89,13 @@ class PostgreSQLKind(Kind):
         return {"type": "sql", "statements": "skip", "audit_seqnos": True,
                 "url": f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"}
 
-    def create(self, schema: str, tables: Sequence[Table]) -> None:
-        self._sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"',
-                  *(t.pg.format(s=schema) for t in tables))
-
     def rows(self, schema: str, table: Table) -> list[Row]:
         cols = ", ".join('"' + c.replace('"', '""') + '"' for c in table.columns)
-        name = '"' + table.name.replace('"', '""') + '"'
-        return [self._normal(table, r) for r in self._sql(f'SELECT {cols} FROM "{schema}".{name}')]
+        name = f'"{schema}"."' + table.name.replace('"', '""') + '"'
+        # A table is made with its first row change: one no row reached is not there.
+        if self._sql(f"SELECT to_regclass('{name.replace(chr(39), chr(39) * 2)}')") == [(None,)]:
+            return []
+        return [self._normal(table, r) for r in self._sql(f"SELECT {cols} FROM {name}")]
 
     def _normal(self, table: Table, row: Row) -> Row:
         return tuple(_norm(c, v) for c, v in zip(table.columns, row, strict=True))
@@ -104,8 +104,8 @@ class PostgreSQLKind(Kind):
         return self._normal(table, row)
 
     def empty(self, schema: str, tables: Sequence[Table]) -> None:
-        names = ", ".join(f'"{schema}"."' + t.name.replace('"', '""') + '"' for t in tables)
-        self._sql(f"TRUNCATE {names}")
+        # The replay makes the schema and its tables again from the THL.
+        self._sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
     def drop(self, schema: str, service: str) -> None:
         self._sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE',
