@@ -8,9 +8,9 @@ Run by ``make demo`` after the stack is up. It
 2. commits a marker on the source and waits until the THL holds it, so whatever reached the
    binlog since the last run is in the THL before the demo tables are rebuilt;
 3. puts ``mariadb`` ONLINE from its stored position (it applies that backlog, then the
-   rebuild's DDL); rebuilds the PostgreSQL tables by hand (that target skips DDL) and puts
-   ``postgresql`` ONLINE with ``--from-seqno`` after the marker, as one re-provisions a
-   target;
+   rebuild's DDL); drops the PostgreSQL demo schema (that target skips DDL: the applier makes
+   the schema and tables again from the THL's row changes) and puts ``postgresql`` ONLINE
+   with ``--from-seqno`` after the marker, as one re-provisions a target;
 4. drops and recreates the demo tables on the source, then commits a few hundred
    transactions of inserts, updates and deletes over two tables, one without a primary key,
    with unicode, NULLs, decimals and binary, while the runner replicates;
@@ -263,10 +263,10 @@ def start_groups(cfg: ServiceConfig, marker: int) -> None:
     """Put each consumer group ONLINE: from its stored position, or right after the marker.
 
     A group whose target does not replay statements (PostgreSQL, the document stores)
-    never sees the rebuild's DDL, so its demo tables are emptied here and it starts after the
-    marker, skipping older events that belong to the old tables, like a freshly provisioned
-    target. A MySQL-family group applies the DDL itself and resumes from its position when
-    the THL still holds it.
+    never sees the rebuild's DDL, so its demo tables are dropped here (PostgreSQL makes them
+    again from the first row changes) and it starts after the marker, skipping older events
+    that belong to the old tables, like a freshly provisioned target. A MySQL-family group
+    applies the DDL itself and resumes from its position when the THL still holds it.
     """
     for group in cfg.consumers:
         applier = build_applier(cfg.consumers[group].target, ApplierContext(cfg, group))
@@ -279,7 +279,8 @@ def start_groups(cfg: ServiceConfig, marker: int) -> None:
             continue
         if not replays_ddl:
             demo_target(cfg, group, TABLES).rebuild()
-            print(f"\n{group}: demo tables emptied (DDL does not flow there)", flush=True)
+            print(f"\n{group}: demo tables dropped (DDL does not flow there; they are made "
+                  "again from the THL)", flush=True)
         print(f"=== trepctl online -group {group} -from-seqno {marker + 1} ===", flush=True)
         run_cli("trep.trepctl", "online", "-group", group,
                 "-from-seqno", str(marker + 1))

@@ -1,5 +1,5 @@
-"""The demo on a SQL target: MariaDB gets the demo tables through replayed DDL, PostgreSQL
-gets them rebuilt here (DDL does not flow there)."""
+"""The demo on a SQL target: MariaDB gets the demo tables through the replayed DDL,
+PostgreSQL from the THL's row images (``create_tables``): its rebuild only drops them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from consumers.sql.config import MYSQL_FAMILY, SqlTarget
 from demo.compare import Digest, digest
-from demo.tables import PG_EXTRA, SCHEMA, DemoTable
+from demo.tables import SCHEMA, DemoTable
 from trep.config import ServiceConfig
 
 
@@ -29,13 +29,11 @@ class SqlDemoTarget:
     def rebuild(self) -> None:
         if self.target.dialect in MYSQL_FAMILY:
             return  # the replayed DROP/CREATE TABLEs rebuild them
+        # The applier makes the schema and the tables again from the first row changes.
         engine = self._engine()
         try:
             with engine.connect() as conn:
                 conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE"))
-                conn.execute(sa.text(f"CREATE SCHEMA {SCHEMA}"))
-                for stmt in (*(t.postgresql for t in self.tables), *PG_EXTRA):
-                    conn.execute(sa.text(stmt))
         finally:
             engine.dispose()
 
