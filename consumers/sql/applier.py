@@ -93,10 +93,6 @@ class SqlApplier:
         self.heartbeat_table = tracking_metadata(self.tracking_schema).tables[
             f"{self.tracking_schema}.{_HEARTBEAT}"]
         self.audit = audit_table(self.tracking_schema) if cfg.audit_seqnos else None
-        statements = cfg.statements or ("apply" if self.dialect in MYSQL_FAMILY else "error")
-        if statements == "apply" and self.dialect not in MYSQL_FAMILY:
-            raise ValueError(f"statements: apply works on MySQL/MariaDB targets only, not "
-                             f"{self.dialect} ({self.target}); use skip or error")
         self.create_tables = self.dialect in _CREATES if cfg.create_tables is None \
             else cfg.create_tables
         if self.create_tables and self.dialect not in _CREATES:
@@ -104,6 +100,13 @@ class SqlApplier:
                              f"{self.dialect} ({self.target})"
                              + ("; MySQL-family targets get their tables from the replayed "
                                 "DDL" if self.dialect in MYSQL_FAMILY else ""))
+        # A target that makes its tables from the row images has no use for the source's
+        # DDL; one that does not must be told what to do with it.
+        statements = cfg.statements or ("apply" if self.dialect in MYSQL_FAMILY else
+                                        "skip" if self.create_tables else "error")
+        if statements == "apply" and self.dialect not in MYSQL_FAMILY:
+            raise ValueError(f"statements: apply works on MySQL/MariaDB targets only, not "
+                             f"{self.dialect} ({self.target}); use skip or error")
         self.policy = policy_for(self.dialect, cfg.zero_dates, cfg.nul_characters)
         self.metrics = ctx.metrics
         if self.policy is not None:

@@ -24,7 +24,8 @@ class SqlTarget(BaseModel):
     #: The target's password; overrides one written in ``url``. Never logged.
     password: SecretStr | None = None
     #: Statement events (DDL, statement-format DML): ``apply`` (MySQL-family targets only),
-    #: ``skip`` them, or stop with an ``error``. Default: apply on MySQL/MariaDB, else error.
+    #: ``skip`` them, or stop with an ``error``. Default: apply on MySQL/MariaDB; skip where
+    #: ``create_tables`` makes the tables from the row images; else error.
     statements: Literal["apply", "skip", "error"] | None = None
     #: Create a table the THL names and the target lacks (schema too), add a column a row
     #: image has and the table lacks, widen a column whose source type widened; stop on a
