@@ -15,18 +15,21 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from consumers.applier import Applier
+from consumers.elasticsearch.config import ElasticsearchTarget
 from consumers.memory.config import MemoryTarget
 from consumers.metrics import ConsumerMetrics
 from consumers.sql.config import SqlTarget
 from replicator.config import ServiceSettings
 
 #: Every target configuration, told apart by its ``type``.
-TargetConfig = Annotated[SqlTarget | MemoryTarget, Field(discriminator="type")]
+TargetConfig = Annotated[SqlTarget | MemoryTarget | ElasticsearchTarget,
+                         Field(discriminator="type")]
 
 #: type -> "module:factory"; a factory takes (target configuration, ApplierContext).
 _FACTORIES: dict[str, str] = {
     "sql": "consumers.sql.applier:SqlApplier",
     "memory": "consumers.memory.applier:MemoryApplier",
+    "elasticsearch": "consumers.elasticsearch.applier:ElasticsearchApplier",
 }
 
 

@@ -12,6 +12,7 @@ __all__ = ["KINDS", "Kind", "kind_class"]
 KINDS: dict[str, str] = {
     "mariadb": "sql:MariaDBKind",
     "postgresql": "sql:PostgreSQLKind",
+    "elasticsearch": "elasticsearch:ElasticsearchKind",
 }
 
 

@@ -1,0 +1,1 @@
+"""The Elasticsearch applier: one index per table, external versions, bulk API."""
