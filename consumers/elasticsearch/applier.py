@@ -65,7 +65,9 @@ from consumers.elasticsearch.errors import (
 )
 from consumers.elasticsearch.naming import (
     TOMBSTONE_SUFFIX,
+    IndexCollision,
     IndexNameError,
+    IndexOwners,
     document_id,
     index_name,
     row_id,
@@ -187,8 +189,8 @@ class ElasticsearchApplier:
         self.features = Features()
         self._es: Elasticsearch | None = None
         self._tables: dict[tuple[str, str], _Table] = {}
-        #: index -> the table that owns it, to refuse a second table on one index.
-        self._owners: dict[str, tuple[str, str]] = {}
+        #: Which table each index holds, to refuse a second table on one index.
+        self._owners = IndexOwners()
         #: The position document's (_seq_no, _primary_term) as last read or written; None:
         #: no position stored (the next commit creates it).
         self._expected: tuple[int, int] | None = None
@@ -396,13 +398,14 @@ class ElasticsearchApplier:
         except IndexNameError as exc:
             raise DataError(f"{self.target}: {exc} (seqno {seqno})", seqno=seqno) from exc
         index = alias + TOMBSTONE_SUFFIX if self.tombstones else alias
-        owner = self._owners.get(index)
-        if owner is not None and owner != (schema, name):
-            raise self._collision(index, owner, schema, name, seqno)
         if index == self.tracking_index:
             raise DataError(f"{self.target}: table {schema}.{name} would go to index {index}, "
                             "the replicator's tracking index; name another one in `indices`",
                             seqno=seqno)
+        try:
+            self._owners.claim(index, schema, name)
+        except IndexCollision as exc:
+            raise DataError(f"{self.target}: {exc} (seqno {seqno})", seqno=seqno) from exc
         table = _Table(schema, name, index, alias)
         quoted = _dumps(index)
         table.index_prefix = b'{"index":{"_index":' + quoted + b',"_id":'
@@ -410,18 +413,13 @@ class ElasticsearchApplier:
         try:
             self._create_or_read(table, specs, seqno)
         except (ApiError, TransportError) as exc:
+            self._owners.release(index)
             raise request_error(exc, self.target, f"creating index {index} for table "
                                 f"{schema}.{name}", seqno=seqno) from exc
-        self._owners[index] = (schema, name)
+        except DataError:
+            self._owners.release(index)
+            raise
         return table
-
-    def _collision(self, index: str, owner: tuple[str, str], schema: str, name: str,
-                   seqno: int) -> DataError:
-        return DataError(
-            f"{self.target}: tables {owner[0]}.{owner[1]} and {schema}.{name} both map to "
-            f"index {index} (index names are lower-case and some characters become '_'); "
-            f"give {schema}.{name} its own name in the target's `indices` (seqno {seqno})",
-            seqno=seqno)
 
     def _meta(self, table: _Table) -> dict[str, Any]:
         return {"tungsten": {"service": self.service, "schema": table.schema,
@@ -458,6 +456,11 @@ class ElasticsearchApplier:
         mapping = next(iter(found.values()))["mappings"]
         meta = (mapping.get("_meta") or {}).get("tungsten") or {}
         owner = (meta.get("service"), meta.get("schema"), meta.get("table"))
+        if owner[0] == self.service and meta.get("table") and \
+                owner[1:] != (table.schema, table.table):
+            collision = IndexCollision(table.index, (str(owner[1]), str(owner[2])),
+                                       (table.schema, table.table))
+            raise DataError(f"{self.target}: {collision} (seqno {seqno})", seqno=seqno)
         if owner != (self.service, table.schema, table.table):
             what = (f"table {owner[1]}.{owner[2]} of service {owner[0]}" if meta.get("table")
                     else "documents the replicator did not write")
@@ -737,7 +740,7 @@ class ElasticsearchApplier:
                     refused.append((write, result))
                 elif outcome is Outcome.MISSING_INDEX:
                     self._tables.pop((write.table.schema, write.table.table), None)
-                    self._owners.pop(write.table.index, None)
+                    self._owners.release(write.table.index)
                     raise TransientError(
                         f"{self.target}: index {write.table.index} (table "
                         f"{write.table.qualified}) disappeared while this group applied it: "

@@ -42,6 +42,37 @@ class IndexNameError(ValueError):
     """No valid index name can be made for a table; the message says how to name one."""
 
 
+class IndexCollision(IndexNameError):
+    """Two source tables map to one index."""
+
+    def __init__(self, index: str, owner: tuple[str, str], other: tuple[str, str]) -> None:
+        super().__init__(
+            f"tables {owner[0]}.{owner[1]} and {other[0]}.{other[1]} both map to index "
+            f"{index} (index names are lower-case and some characters become '_'); give "
+            f"{other[0]}.{other[1]} its own name in the target's `indices`")
+        self.index, self.owner, self.other = index, owner, other
+
+
+class IndexOwners:
+    """Which table each index holds: a second table on one index is refused."""
+
+    def __init__(self) -> None:
+        self._owners: dict[str, tuple[str, str]] = {}
+
+    def claim(self, index: str, schema: str, table: str) -> None:
+        """Record that ``index`` holds ``schema.table`` (IndexCollision if another table's)."""
+        owner = self._owners.setdefault(index, (schema, table))
+        if owner != (schema, table):
+            raise IndexCollision(index, owner, (schema, table))
+
+    def release(self, index: str) -> None:
+        """Forget an index (it disappeared)."""
+        self._owners.pop(index, None)
+
+    def clear(self) -> None:
+        self._owners.clear()
+
+
 def index_name(template: str, service: str, schema: str, table: str,
                overrides: dict[str, str] | None = None, reserve: int = 0) -> str:
     """The index of ``schema.table``: an override, else the template, made valid.
