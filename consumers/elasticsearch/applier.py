@@ -23,10 +23,13 @@ row again until the replay reaches the delete. ``tombstone`` writes a ``_deleted
 document (key columns only) with the delete's version instead: replays stay no-ops forever;
 the documents live in ``<index>.all`` and the index name is a filtered alias without them.
 
-A very large transaction is sent in several bulks. A document written again later in the
-same seqno, after one of those bulks, is written with ``external_gte`` (the same version may
-replace it: it is the same seqno's later change); a replay's first write of it is plain
-``external`` and is refused, so a replay never goes back to an earlier state of the seqno.
+A transaction in several THL fragments is the exception: the applier may send it in
+several bulks (it sends what it holds once ``bulk_max_bytes`` are pending, between
+fragments), so a document can be written at an intermediate state of the seqno, and a
+replay may collapse that seqno's changes differently. Its writes use
+``version_type=external_gte``: the same seqno may replace its own writes (later fragments,
+or the replay of the whole transaction, which ends at the same final state), an older seqno
+never can.
 
 Tables without a primary key: a document per distinct row, ``_id`` = SHA-256 of the row, with
 ``_rows`` = how many source rows are equal to it. Each block reads those documents
@@ -198,10 +201,10 @@ class ElasticsearchApplier:
         self._counted: dict[tuple[str, str], _Counted] = {}
         self._beats: list[bytes] = []
         self._pending_bytes = 0
-        #: The seqno being applied, and documents of it already sent by an earlier bulk
-        #: (written again with external_gte).
+        #: The seqno being applied, and its version_type (external_gte when it comes in
+        #: several fragments).
         self._open_seqno = -1
-        self._sent_in_seqno: set[tuple[str, str]] = set()
+        self._version_type = b'"external"'
 
     @property
     def es(self) -> Elasticsearch:
@@ -298,7 +301,9 @@ class ElasticsearchApplier:
     def apply(self, event: ThlEvent) -> None:
         if event.seqno != self._open_seqno:
             self._open_seqno = event.seqno
-            self._sent_in_seqno.clear()
+            # The first fragment tells: a transaction that is not whole in it may be sent
+            # in several bulks.
+            self._version_type = b'"external"' if event.last_frag else b'"external_gte"'
         for item in event.data:
             if isinstance(item, RowChange):
                 self._rows(item, event)
@@ -307,7 +312,7 @@ class ElasticsearchApplier:
             # Bound memory inside a block (a large transaction): send what is collapsed so
             # far. Only between fragments, so a table without a key never sees a fragment
             # half applied.
-            self._flush(mid_seqno=not event.last_frag)
+            self._flush()
 
     def heartbeat(self, beat: Heartbeat) -> None:
         """A ``heartbeat`` document in the tracking index, sent with the block's data."""
@@ -321,7 +326,7 @@ class ElasticsearchApplier:
         self._beats.append(_dumps(action) + b"\n" + _dumps(doc) + b"\n")
 
     def commit(self, position: Position) -> None:
-        self._flush(mid_seqno=False)
+        self._flush()
         crashpoints.reached("apply-before-position")
         self._write_position(position)
         self.rollback()
@@ -332,7 +337,6 @@ class ElasticsearchApplier:
         self._beats.clear()
         self._pending_bytes = 0
         self._open_seqno = -1
-        self._sent_in_seqno.clear()
 
     # -- the position -----------------------------------------------------------------------
 
@@ -549,7 +553,8 @@ class ElasticsearchApplier:
             return
         after_key = [i for i, s in enumerate(change.column_specs) if s.primary_key]
         before_key = [i for i, s in enumerate(change.key_specs) if s.primary_key]
-        version = f',"version":{event.seqno},"version_type":"external"}}}}\n'.encode()
+        version = (b',"version":' + str(event.seqno).encode() + b',"version_type":'
+                   + self._version_type + b"}}\n")
         for r in range(change.row_count):
             old_id = new_id = None
             values: list[JsonValue] | None = None
@@ -597,10 +602,6 @@ class ElasticsearchApplier:
     def _put(self, table: _Table, doc_id: str, seqno: int, prefix: bytes,
              source: bytes | None, version: bytes, action: str) -> None:
         key = (table.index, doc_id)
-        if key in self._sent_in_seqno:
-            # An earlier bulk of this block sent this document at this seqno already: the
-            # later change of the same seqno must replace it (same version).
-            version = version.replace(b'"external"', b'"external_gte"')
         lines = prefix + _dumps(doc_id) + version
         if source is not None:
             lines += source + b"\n"
@@ -630,13 +631,10 @@ class ElasticsearchApplier:
 
     # -- sending ----------------------------------------------------------------------------
 
-    def _flush(self, mid_seqno: bool) -> None:
+    def _flush(self) -> None:
         writes = list(self._writes.values())
         writes.extend(self._counted_writes())
         beats = self._beats
-        if mid_seqno:
-            self._sent_in_seqno.update((w.table.index, w.doc_id) for w in writes
-                                       if w.seqno == self._open_seqno)
         self._writes.clear()
         self._counted.clear()
         self._beats = []
