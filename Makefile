@@ -47,6 +47,8 @@ bench: $(STAMP)
 	$(PY) -m stack up zookeeper kafka mariadb-source mariadb-target postgresql
 	$(PY) bench/extract_bench.py
 	$(PY) bench/apply_bench.py
+	$(PY) -m stack up zookeeper kafka mariadb-source elasticsearch
+	$(PY) bench/elasticsearch_bench.py
 
 stack-up: $(STAMP)
 	$(PY) -m stack up

@@ -114,8 +114,12 @@ TRACKING_MAPPING: dict[str, Any] = {"dynamic": "strict", "properties": {
 _BULK_FILTER = "errors,items.*.status,items.*.error"
 
 
+#: One encoder for every document (``json.dumps`` with options builds one per call).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def _dumps(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    return _ENCODER.encode(value).encode()
 
 
 def _iso(moment: dt.datetime) -> str:
@@ -259,6 +263,16 @@ class ElasticsearchApplier:
         except ApiError as exc:
             if _error_kind(exc) != "resource_already_exists_exception":
                 raise
+        self._wait_for_primary(self.tracking_index)
+
+    def _wait_for_primary(self, index: str) -> None:
+        """Until the index's primary shard serves requests (a freshly created index, or one
+        recovering after a restart, answers 503 no_shard_available until then)."""
+        health = self.es.cluster.health(index=index, wait_for_status="yellow",
+                                        timeout="30s").body
+        if health.get("timed_out"):
+            raise TransientError(f"{self.target}: index {index} is {health.get('status')}: "
+                                 "its primary shard is not active yet")
 
     def position(self) -> Position | None:
         try:
@@ -444,6 +458,7 @@ class ElasticsearchApplier:
         try:
             self.es.indices.create(index=table.index, mappings=body, settings=settings,
                                    aliases=aliases)
+            self._wait_for_primary(table.index)
             table.fields = set(properties)
             table.layouts.add(_layout(specs))
             log.info("%s: created index %s for table %s", self.target, table.index,

@@ -57,6 +57,7 @@ class FakeEs:
 
     def __init__(self) -> None:
         self.indices = _Indices()
+        self.cluster = SimpleNamespace(health=lambda **_k: _Answer({"status": "green"}))
         self.requests: list[tuple[str, Any]] = []
         self.statuses: list[dict[str, Any]] = []
         self.docs: dict[str, dict[str, Any]] = {}
