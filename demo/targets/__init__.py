@@ -17,6 +17,7 @@ from trep.config import ServiceConfig
 #: target type -> "module:class"
 _TARGETS: dict[str, str] = {
     "sql": "demo.targets.sql:SqlDemoTarget",
+    "elasticsearch": "demo.targets.elasticsearch:ElasticsearchDemoTarget",
 }
 
 
