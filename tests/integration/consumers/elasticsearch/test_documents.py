@@ -18,7 +18,8 @@ FIELDS = ["source_schema", "source_table", "committime", "seqno"]
 
 def test_one_transaction_changing_rows_several_times_leaves_their_last_state(
         make_service: Any) -> None:
-    svc: EsService = make_service({"g": {"document_fields": FIELDS}})
+    svc: EsService = make_service({"g": {"document_fields": FIELDS},
+                                   "tomb": {"deletes": "tombstone"}})
     svc.start()
     svc.create(ITEMS)
     s = svc.schema
@@ -35,6 +36,11 @@ def test_one_transaction_changing_rows_several_times_leaves_their_last_state(
         f"UPDATE {s}.items SET qty = 11 WHERE id = 10")
     applied = svc.wait_source_applied()
     assert svc.compare("g", ITEMS) == {"items": 3}
+    assert svc.compare("tomb", ITEMS) == {"items": 3}
+    # The row inserted and deleted in the transaction is a tombstone at that seqno.
+    tombstone = svc.es.get(index=svc.physical("tomb", ITEMS), id="3")
+    assert (tombstone["_version"], tombstone["_source"]) == (seqno,
+                                                             {"id": 3, "_deleted": True})
     index = svc.index("g", ITEMS)
     docs = {i: svc.es.get(index=index, id=i) for i in ("1", "2", "10")}
     assert {i: d["_version"] for i, d in docs.items()} == {"1": seqno, "2": seqno,
@@ -57,18 +63,20 @@ def test_one_transaction_changing_rows_several_times_leaves_their_last_state(
     assert position["eventid"] == status["appliedLastEventId"]
     assert position["epoch_number"] == status["appliedLastEpoch"]
 
-    # A heartbeat travels through the THL and lands in the tracking index with its lag.
+    # A heartbeat travels through the THL and lands in the tracking index with each group's
+    # own arrival time and lag.
     svc.trepctl("heartbeat", "-name", "probe")
     deadline = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=60)
-    beat = None
-    while beat is None:
-        assert dt.datetime.now(dt.UTC) < deadline, "no heartbeat document"
+    beats: dict[str, dict[str, Any]] = {}
+    while len(beats) < 2:
+        assert dt.datetime.now(dt.UTC) < deadline, f"heartbeat documents: {beats}"
         svc.es.indices.refresh(index=tracking)
         hits = svc.es.search(index=tracking, query={"term": {"kind": "heartbeat"}})
-        beat = next((h["_source"] for h in hits["hits"]["hits"]
-                     if h["_source"]["name"] == "probe"), None)
-    assert beat["group"] == "g" and beat["seqno"] > applied
-    assert 0 <= beat["lag_millis"] < 60_000
+        beats = {h["_source"]["group"]: h["_source"] for h in hits["hits"]["hits"]
+                 if h["_source"]["name"] == "probe"}
+    assert set(beats) == {"g", "tomb"}
+    for beat in beats.values():
+        assert beat["seqno"] > applied and 0 <= beat["lag_millis"] < 60_000
 
 
 def test_a_large_transaction_in_several_bulks_killed_half_way_converges(

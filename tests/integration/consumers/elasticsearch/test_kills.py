@@ -1,6 +1,6 @@
 """trep-run killed twenty times under load while it applies to Elasticsearch: the indices
 equal the source row by row at the end (a keyed table and a table without a key, whose
-row counts would show a change applied twice)."""
+row counts would show a change applied twice), with hard deletes and with tombstones."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ NOPK = Table("nopk", NOPK_MYSQL, "", tuple(NOPK_NAMES), ())
 def test_killed_twenty_times_under_load_converges_row_by_row(make_service: Any) -> None:
     # A killed process's lock lives as long as its ZooKeeper session: keep that short, so
     # the next process takes over (and gets killed in turn) while the workload runs.
-    svc: EsService = make_service({"es": {"runtime": {"block_commit_events": 50}}},
+    runtime = {"runtime": {"block_commit_events": 50}}
+    svc: EsService = make_service({"es": runtime, "tomb": {"deletes": "tombstone", **runtime}},
                                   zk_timeout=2)
     svc.start(consumers=[])  # the extractor here, the group in processes we kill
     svc.create(ACCOUNTS, NOPK)
@@ -47,8 +48,12 @@ def test_killed_twenty_times_under_load_converges_row_by_row(make_service: Any) 
         svc.wait_source_applied(timeout=300)
         print(f"{committed} transactions; the last process caught up in "
               f"{time.monotonic() - started:.1f} s")
-        counts = svc.compare("es", NOPK, ACCOUNTS)
-        assert counts["nopk"] > 5 and counts["accounts"] > 50, counts
+        for group in ("es", "tomb"):
+            counts = svc.compare(group, NOPK, ACCOUNTS)
+            assert counts["nopk"] > 5 and counts["accounts"] > 50, counts
+        # Tombstones: every deleted account is a hidden _deleted document.
+        deleted = svc.ids("tomb", ACCOUNTS, physical=True) - svc.ids("tomb", ACCOUNTS)
+        assert deleted and not deleted & svc.ids("es", ACCOUNTS)
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, svc.log()[-3000:]
