@@ -15,6 +15,9 @@ Elasticsearch has no multi-document transactions, so this applier is *seqno-guar
   PositionConflict instead of moving the position under the first.
 - A crash anywhere leaves whole documents of applied seqnos, never a document older than it
   was: the runtime replays from the stored position and the versions absorb the replay.
+- A document the server refuses (mapping, parsing) is a DataError at its seqno; the other
+  documents of that seqno may be written already (no transactions), and skipping the seqno
+  keeps them.
 
 Deletes (``deletes``): ``hard`` removes the document; Elasticsearch remembers the deleted
 version for ``index.gc_deletes`` (60 s by default) and forgets it when the node restarts
@@ -39,7 +42,8 @@ Tables without a primary key: a document per distinct row, ``_id`` = SHA-256 of 
 marks it ``_deleted`` (``tombstone``). After a column change of such a table, rows written
 before it are not found by their new hash: rebuild its index.
 
-Statement events are skipped (policy SKIP); indices and their mappings come from the row
+Statement events are skipped (policy SKIP: a TRUNCATE or DROP TABLE on the source leaves
+the index as it is); indices and their mappings come from the row
 changes' column specs (``types.py``): ``dynamic: strict``, a new column is added to the
 mapping before the first document that has it, and the source table and column types are
 recorded in the mapping's ``_meta.tungsten``. Nothing is refreshed: documents become
