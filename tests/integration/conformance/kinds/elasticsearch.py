@@ -48,6 +48,9 @@ class ElasticsearchKind(Kind):
     name = "elasticsearch"
     servers = ("elasticsearch",)
     keyless = True
+    #: Every write carries the seqno as its external version. (Hard deletes: a replay past
+    #: index.gc_deletes or a restart shows deleted rows until it reaches their delete, and
+    #: ends equal: tests/integration/consumers/elasticsearch/test_deletes.py.)
     replay_safe = True
     #: Delete mode of the target (the tombstone kind overrides it).
     deletes = "hard"
