@@ -14,8 +14,8 @@ from ..tables import ACCOUNTS_MYSQL, ACCOUNTS_NAMES, NOPK_MYSQL, NOPK_NAMES
 from ..workload import MixedWorkload
 from .conftest import EsService
 
-ACCOUNTS = Table("accounts", ACCOUNTS_MYSQL, "", tuple(ACCOUNTS_NAMES), ("id",))
-NOPK = Table("nopk", NOPK_MYSQL, "", tuple(NOPK_NAMES), ())
+ACCOUNTS = Table("accounts", ACCOUNTS_MYSQL, tuple(ACCOUNTS_NAMES), ("id",))
+NOPK = Table("nopk", NOPK_MYSQL, tuple(NOPK_NAMES), ())
 
 
 def test_killed_twenty_times_under_load_converges_row_by_row(make_service: Any) -> None:
