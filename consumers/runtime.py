@@ -60,7 +60,7 @@ from consumers.metrics import ConsumerMetrics
 from consumers.position import Position
 from replicator import crashpoints
 from replicator.control import ComponentNodes, Desired, Wakeup
-from replicator.filters import ReplicateFilter
+from replicator.filters import FilterError, ReplicateFilter, build_chain
 from replicator.sql_names import is_transactional
 from replicator.state import State, Status
 from replicator.zk import ServiceNodes, ZkHealth, ZkPosition
@@ -132,6 +132,7 @@ class ConsumerRuntime:
         self.capabilities = applier.capabilities
         self.limits = cfg.block_limits(applier.capabilities.block)
         self.filter = ReplicateFilter(cfg.filters.replicate, cfg.filters.ignore)
+        self.chain = build_chain(cfg.filters.chain)
         self.control = control
         self.positions = positions
         self.metrics = metrics or ConsumerMetrics.disabled()
@@ -498,7 +499,13 @@ class ConsumerRuntime:
     # -- preparing events for the target -----------------------------------------------------
 
     def _prepare(self, event: ThlEvent) -> tuple[ThlEvent, list[Heartbeat]]:
-        """What of ``event`` this target gets, and the heartbeats it carries."""
+        """What of ``event`` this target gets, and the heartbeats it carries.
+
+        In order: the replicator's own rows come out (heartbeats are kept aside), the
+        group's replicate/ignore filter, its filter chain, then what the applier declared:
+        its statement policy and whether it takes tables without a key (a pkey filter in
+        the chain may have given them one).
+        """
         kept: list[DataItem] = []
         beats: list[Heartbeat] = []
         for item in event.data:
@@ -507,33 +514,41 @@ class ConsumerRuntime:
                     if item.table == HEARTBEAT_TABLE:
                         beats.extend(heartbeats(item, event.seqno, event.event_id))
                     continue  # the replicator's own bookkeeping, never data
-                if not self.filter.keeps(item.schema, item.table):
-                    continue
-                if not self.capabilities.keyless_tables and not any(
-                        c.primary_key for c in item.column_specs or item.key_specs):
-                    raise DataError(
-                        f"table {item.schema}.{item.table} has no primary key and "
-                        f"{self.applier.target} cannot address its rows (seqno "
-                        f"{event.seqno}); add a key on the source, filter the table out of "
-                        "this group, or skip the seqno", seqno=event.seqno,
-                        event_id=event.event_id)
+                if self.filter.keeps(item.schema, item.table):
+                    kept.append(item)
+            elif self.filter.keeps_item(item):
                 kept.append(item)
-            elif self._keeps_statement(item, event):
-                kept.append(item)
-        if len(kept) == len(event.data):
-            return event, beats
-        return replace(event, data=kept), beats
+        if len(kept) != len(event.data):
+            event = replace(event, data=kept)
+        if self.chain and event.data:
+            try:
+                filtered = self.chain(event)
+            except FilterError as exc:
+                raise DataError(str(exc), seqno=event.seqno, event_id=event.event_id) from exc
+            event = filtered if filtered is not None else replace(event, data=[])
+        if any(not self._admits(item, event) for item in event.data):
+            event = replace(event, data=[i for i in event.data if self._admits(i, event)])
+        return event, beats
 
-    def _keeps_statement(self, stmt: Statement, event: ThlEvent) -> bool:
-        if not self.filter.keeps_item(stmt):
-            return False
+    def _admits(self, item: DataItem, event: ThlEvent) -> bool:
+        """Whether the applier gets ``item`` (DataError where it declared it cannot take it)."""
+        if isinstance(item, RowChange):
+            if not self.capabilities.keyless_tables and not any(
+                    c.primary_key for c in item.column_specs or item.key_specs):
+                raise DataError(
+                    f"table {item.schema}.{item.table} has no primary key and "
+                    f"{self.applier.target} cannot address its rows (seqno {event.seqno}); "
+                    "add a key on the source or with a pkey filter, filter the table out of "
+                    "this group, or skip the seqno", seqno=event.seqno,
+                    event_id=event.event_id)
+            return True
         policy = self.capabilities.statements
         if policy is StatementPolicy.APPLY:
             return True
         if policy is StatementPolicy.ERROR:
             raise DataError(
                 f"seqno {event.seqno} holds a statement event, which {self.applier.target} "
-                f"does not run: {stmt.sql[:200]!r}. Set this target's `statements: skip` to "
+                f"does not run: {item.sql[:200]!r}. Set this target's `statements: skip` to "
                 "leave statements out, or skip the seqno.", seqno=event.seqno,
                 event_id=event.event_id)
         return False

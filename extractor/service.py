@@ -49,7 +49,7 @@ from extractor.transactions import BinlogPosition, TransactionAssembler
 from replicator import crashpoints
 from replicator.config import ServiceSettings
 from replicator.control import ComponentNodes
-from replicator.filters import ReplicateFilter, TrackingSchemaFilter
+from replicator.filters import ReplicateFilter, TrackingSchemaFilter, build_chain
 from replicator.source import source_engine
 from replicator.state import State, Status
 from replicator.tracking import CommitSeqno, CommitSeqnoTable
@@ -349,7 +349,8 @@ class Extractor:
             emit=emit, next_seqno=start.next_seqno, epoch=self.epoch,
             service=self.service.service, source_id=xcfg.source_id,
             filters=self._filters(), fragment_rows=xcfg.fragment_rows,
-            fragment_bytes=xcfg.fragment_bytes)
+            fragment_bytes=xcfg.fragment_bytes,
+            chain=build_chain(xcfg.filters.chain).around(self.service.tracking_schema))
         stream = self._binlog(start)
         self.streaming.set()
         if self.last_committed is None and start.next_seqno > 0:

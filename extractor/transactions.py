@@ -9,6 +9,7 @@ when its first fragment is emitted; one that filters to nothing takes none.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from extractor.row_values import TableShape
-from replicator.filters import ItemFilter
+from replicator.filters import FilterChain, ItemFilter
 from replicator.sql_names import statement_target
 from thl_topics.event import DataItem, RowAction, RowChange, Statement, ThlEvent
 
@@ -98,7 +99,8 @@ class TransactionAssembler:
 
     def __init__(self, *, emit: Emit, next_seqno: int, epoch: int, service: str,
                  source_id: str, filters: ItemFilter,
-                 fragment_rows: int, fragment_bytes: int) -> None:
+                 fragment_rows: int, fragment_bytes: int,
+                 chain: FilterChain | None = None) -> None:
         self._emit = emit
         self.next_seqno = next_seqno
         self.epoch = epoch
@@ -107,6 +109,8 @@ class TransactionAssembler:
         self.filters = filters
         self.fragment_rows = fragment_rows
         self.fragment_bytes = fragment_bytes
+        #: The extract-stage filter chain, after replicate/ignore.
+        self.chain = chain or FilterChain()
         self._open: _Open | None = None
         self._gtid: str | None = None
         self._last_time = 0
@@ -237,11 +241,15 @@ class TransactionAssembler:
                     "service": self.service, "shard": shard}
         if txn.gtid:
             metadata["gtid"] = txn.gtid
-        self._emit(ThlEvent(
+        event = ThlEvent(
             seqno=txn.seqno, epoch=self.epoch, source_id=self.source_id,
             event_id=position.event_id(txn.session), shard_id=shard, tstamp=txn.tstamp,
             fragno=txn.fragno, last_frag=last_frag, metadata=metadata, data=txn.items,
-        ))
+        )
+        if self.chain and event.data:
+            # An event the chain empties keeps its seqno: seqnos were assigned already.
+            event = self.chain(event) or dataclasses.replace(event, data=[])
+        self._emit(event)
         txn.fragno += 1
         txn.items = []
         txn.rows = txn.size = 0

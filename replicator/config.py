@@ -23,6 +23,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from replicator.filters.specs import FilterSpec
 from thl_topics.client import ClientSettings, is_secret_setting
 
 
@@ -298,12 +299,17 @@ class SourceConfig(BaseModel):
 
 
 class FilterConfig(BaseModel):
-    """Replicate/ignore by ``schema.table`` with shell wildcards (Tungsten's replicate filter)."""
+    """Filters of one stage: replicate/ignore by ``schema.table`` with shell wildcards
+    (Tungsten's replicate filter), then the declared chain (``replicator.filters.specs``)."""
+
+    model_config = {"extra": "forbid"}
 
     #: Keep only these (empty: everything).
     replicate: list[str] = Field(default_factory=list)
     #: Then drop these.
     ignore: list[str] = Field(default_factory=list)
+    #: Then these filters, in this order.
+    chain: list[FilterSpec] = Field(default_factory=list)
 
 
 class MetricsConfig(BaseModel):

@@ -3,6 +3,7 @@
     thl list -seqno N | -low A -high B | -last N   [--json]
     thl info
     thl index [-samples N]
+    thl filter-test -low A -high B (-group G | -stage extract)
 
 The topic comes from ``-c service.yml``, or ``-service NAME`` (topic ``thl.NAME``) with
 ``-bootstrap`` (default ``$TREP_KAFKA__BOOTSTRAP_SERVERS`` or 127.0.0.1:19092). Without
@@ -13,10 +14,13 @@ answer, is one line on stderr naming it, and exit status 1.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import json
 import logging
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +28,29 @@ import click
 from pydantic import ValidationError
 
 from replicator.config import KafkaConfig, ServiceSettings, validation_problems
+from replicator.filters import (
+    FilterError,
+    ItemFilter,
+    ReplicateFilter,
+    TrackingSchemaFilter,
+    build_chain,
+)
 from thl_topics.admin import describe_configs
 from thl_topics.client import LIBRDKAFKA_LOG, check_access, new_admin
 from thl_topics.errors import ThlError
+from thl_topics.event import ThlEvent
 from thl_topics.reader import ThlReader
 from thl_topics.records import RecordHeaders
-from trep.config import ConfigError, load_config
+from trep.config import ConfigError, ServiceConfig, load_config
 from trep.thl_format import event_json, format_error, format_event
 
 
 class _Ctx:
-    def __init__(self, kafka: dict[str, Any], topic: str, timeout: float) -> None:
+    def __init__(self, kafka: dict[str, Any], topic: str, timeout: float,
+                 cfg: ServiceConfig | None = None) -> None:
         self.kafka = kafka
+        #: The service file, when -c named one (filter-test needs its filters).
+        self.cfg = cfg
         self.topic = topic
         self.timeout = timeout
 
@@ -65,7 +80,7 @@ def cli(ctx: click.Context, config_path: Path | None, service: str | None, topic
             raise click.ClickException(str(exc)) from exc
         kafka = (cfg.kafka.client() if bootstrap is None
                  else cfg.kafka.client(**{"bootstrap.servers": bootstrap}))
-        ctx.obj = _Ctx(kafka, topic or cfg.thl_topic, timeout)
+        ctx.obj = _Ctx(kafka, topic or cfg.thl_topic, timeout, cfg)
         return
     topic = topic or (f"thl.{service}" if service else None)
     if topic is None:
@@ -120,6 +135,80 @@ def list_(obj: _Ctx, seqno: int | None, low: int | None, high: int | None, last:
         if failures:
             click.echo(f"{failures} record(s) could not be decoded", err=True)
             sys.exit(1)
+
+
+@cli.command("filter-test")
+@click.option("-low", "--low", type=int, required=True, help="First seqno of the range.")
+@click.option("-high", "--high", type=int, required=True,
+              help="Last seqno of the range (inclusive).")
+@click.option("-group", "--group", help="Apply this consumer group's filters.")
+@click.option("-stage", "--stage", type=click.Choice(["extract"]),
+              help="Apply the extractor's filters instead (to events already extracted).")
+@click.pass_obj
+def filter_test(obj: _Ctx, low: int, high: int, group: str | None, stage: str | None) -> None:
+    """Dry run: what a filter chain would do to a seqno range, as a diff per event.
+
+    Reads the THL only: no target and no position is touched. Edit the filters in the
+    service file, run this, and switch them on when the diff is what you want.
+    """
+    if obj.cfg is None:
+        raise click.UsageError("filter-test reads the filters from the service file: -c FILE")
+    if (group is None) == (stage is None):
+        raise click.UsageError("name one stage: -group G or -stage extract")
+    try:
+        apply = _stage_filters(obj.cfg, group)
+    except (KeyError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    changed = events = 0
+    with obj.reader() as reader:
+        _, end = reader.watermarks()
+        for rec in reader.records(reader.offset_of(low), end):
+            if rec.seqno > high:
+                break
+            if rec.event is None:
+                click.echo(format_error(rec))
+                continue
+            events += 1
+            before = format_event(rec.event).splitlines()
+            try:
+                result = apply(rec.event)
+            except FilterError as exc:
+                click.echo(f"SEQ# = {rec.seqno} / FRAG# = {rec.fragno}: {exc}")
+                sys.exit(1)
+            after = format_event(result).splitlines() if result is not None else []
+            if after == before:
+                click.echo(f"SEQ# = {rec.seqno} / FRAG# = {rec.fragno}: unchanged")
+                continue
+            changed += 1
+            label = f"seqno {rec.seqno} frag {rec.fragno}"
+            for line in difflib.unified_diff(before, after, f"{label} (THL)",
+                                             f"{label} (filtered)", lineterm="", n=1):
+                click.echo(line)
+    click.echo(f"{events} event(s) read, {changed} changed; nothing was written")
+
+
+def _stage_filters(cfg: ServiceConfig, group: str | None) -> Callable[[ThlEvent],
+                                                                      ThlEvent | None]:
+    """The replicate/ignore filter and the chain of one stage, as one function."""
+    if group is not None:
+        if group not in cfg.consumers:
+            raise KeyError(f"no consumer group {group!r} in the service file "
+                           f"(configured: {', '.join(cfg.consumers) or 'none'})")
+        filters = cfg.consumers[group].filters
+        items: ItemFilter = ReplicateFilter(filters.replicate, filters.ignore)
+        chain = build_chain(filters.chain)
+    else:
+        filters = cfg.extractor.filters
+        items = TrackingSchemaFilter(ReplicateFilter(filters.replicate, filters.ignore),
+                                     cfg.tracking_schema)
+        chain = build_chain(filters.chain).around(cfg.tracking_schema)
+
+    def apply(event: ThlEvent) -> ThlEvent | None:
+        kept = [item for item in event.data if items.keeps_item(item)]
+        event = dataclasses.replace(event, data=kept)
+        return chain(event) if chain and kept else event
+
+    return apply
 
 
 @cli.command()

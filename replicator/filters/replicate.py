@@ -1,8 +1,7 @@
-"""Filters: a THL event in, the event (changed or not) or nothing out.
+"""replicate/ignore by ``schema.table`` with shell wildcards (Tungsten's ``replicate`` filter).
 
-Built-in here: replicate/ignore by ``schema.table`` with shell wildcards (Tungsten's
-``replicate`` filter). The extractor applies it to every statement and row change before a
-seqno is assigned, so a transaction that filters to nothing never takes a seqno.
+The extractor applies it to every statement and row change before a seqno is assigned, so a
+transaction that filters to nothing never takes a seqno.
 """
 
 from __future__ import annotations
