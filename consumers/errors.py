@@ -49,3 +49,9 @@ class SeqnoGap(TerminalError):
     """A seqno is missing from the THL: never apply past a hole."""
 
     code = "GAP"
+
+
+class Purged(TerminalError):
+    """The THL no longer holds the events this group needs next (purged below them)."""
+
+    code = "PURGED"

@@ -50,6 +50,7 @@ from consumers.errors import (
     DataError,
     EpochMismatch,
     PositionConflict,
+    Purged,
     SeqnoGap,
     TerminalError,
     TransientError,
@@ -456,6 +457,14 @@ class ConsumerRuntime:
         stored = self.applier.position()
         crashpoints.reached("apply-handshake")
         if stored is None:
+            first = self._wait_for(feed.first_seqno)
+            if first > 0:
+                raise Purged(
+                    f"the THL topic {self.feed_settings.topic} starts at seqno {first}: the "
+                    "events before it were purged (or the topic was recreated), and this "
+                    "target never applied anything. Provision the target (trepctl provision), "
+                    f"then `trepctl online -group {self.name} --from-seqno {first}`.",
+                    seqno=0)
             return None
         self.status.appliedLastSeqno = stored.seqno
         self.status.appliedLastEventId = stored.event_id
@@ -474,6 +483,14 @@ class ConsumerRuntime:
                     raise _GoOffline
                 self._wakeup.wait(0.5)
         same = (rec.seqno, rec.fragno) == (stored.seqno, stored.fragno)
+        kept = feed.first_seqno()
+        if not same and kept is not None and kept > stored.seqno:
+            raise Purged(
+                f"seqno {stored.seqno + 1}, the next one this group needs, was purged from "
+                f"the THL topic {self.feed_settings.topic} (it starts at seqno {kept}). "
+                "Re-provision the target (trepctl provision) and restart it with `trepctl "
+                f"reset -group {self.name}` and `online -group {self.name} --from-seqno "
+                f"{kept}`.", seqno=stored.seqno + 1)
         if same and rec.event is None:
             raise TerminalError(f"THL record of seqno {stored.seqno} cannot be read: "
                                 f"{rec.error}", seqno=stored.seqno)

@@ -34,3 +34,11 @@ class ExtractorConfig(BaseModel):
     #: Longest the source or Kafka may stay unreachable before the extractor stops with
     #: OFFLINE:ERROR; meanwhile it starts again from the THL tail with backoff. 0: forever.
     retry_limit_s: float = Field(0, ge=0)
+    #: THL retention by the extractor itself (never past a consumer group's position, as
+    #: `thl purge`): keep at least this many seqnos (0: no count rule) ...
+    purge_keep_events: int = Field(0, ge=0)
+    #: ... and every event extracted in the last this many hours (0: no time rule). With
+    #: both at 0 the extractor never purges.
+    purge_keep_hours: float = Field(0, ge=0)
+    #: How often the extractor looks for something to purge.
+    purge_interval_s: float = Field(300, gt=0)

@@ -45,6 +45,7 @@ from extractor.errors import (
     is_transient,
 )
 from extractor.positions import StartPoint, find_start
+from extractor.retention import Retention
 from extractor.transactions import BinlogPosition, TransactionAssembler
 from replicator import crashpoints
 from replicator.config import ServiceSettings
@@ -102,6 +103,8 @@ class Extractor:
         self._lead_lock: Leadership | None = None
         #: ZooKeeper connection of the running extractor (for status and metrics).
         self.zk_health: ZkHealth | None = None
+        #: THL retention of the current lead (replaced on every lead).
+        self.retention: Retention | None = None
 
     def stop(self) -> None:
         """Ask the extractor to stop at the next transaction boundary."""
@@ -330,6 +333,7 @@ class Extractor:
     def _stream(self, start: StartPoint, producer: ThlProducer, engine: sa.Engine,
                 nodes: ServiceNodes) -> None:
         xcfg = self.cfg
+        self.retention = Retention(self.service, xcfg, nodes)
         self.epoch = start.next_seqno
         pending: list[ThlEvent] = []
         batch_started = 0.0
@@ -370,6 +374,8 @@ class Extractor:
                                 or isinstance(event, HeartbeatLogEvent)
                                 or time.monotonic() - batch_started >= xcfg.batch_ms / 1000):
                     self._commit(producer, pending, engine, nodes)
+                if not pending:
+                    self.retention.maybe_purge()
                 if self._stop.is_set():
                     break
             self._commit(producer, pending, engine, nodes)

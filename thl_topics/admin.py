@@ -19,6 +19,13 @@ class ThlTopicError(ThlError):
     """The THL topic cannot be used as it is."""
 
 
+#: Compaction keeps one record per (seqno, fragno) key, so it never removes history; the
+#: ``delete`` policy is there only so that ``thl purge`` may move the log start with Kafka's
+#: DeleteRecords (refused on a compact-only topic): with infinite time and size retention it
+#: never deletes anything by itself.
+PURGEABLE = {"cleanup.policy": "compact,delete", "retention.ms": "-1", "retention.bytes": "-1"}
+
+
 @dataclass(frozen=True)
 class ThlTopicSpec:
     """How a THL topic is made: one partition (one total order), compacted, never deleted."""
@@ -29,11 +36,7 @@ class ThlTopicSpec:
     max_message_bytes: int = 8 * 1024 * 1024
 
     def configs(self) -> dict[str, str]:
-        return {
-            # Compaction keeps one record per (seqno, fragno) key: history is never deleted.
-            "cleanup.policy": "compact",
-            "max.message.bytes": str(self.max_message_bytes),
-        }
+        return PURGEABLE | {"max.message.bytes": str(self.max_message_bytes)}
 
 
 def ensure_thl_topic(admin: AdminClient, spec: ThlTopicSpec, timeout: float = 30.0) -> None:
@@ -68,14 +71,22 @@ def verify_thl_topic(admin: AdminClient, spec: ThlTopicSpec, timeout: float = 30
             f"THL topic {spec.name} has {len(topic.partitions)} partitions; the THL is one "
             "total order and needs exactly 1. Create a new topic (or name another one with "
             "thl_topic) and replay into it.")
-    configs = describe_configs(admin, spec.name, timeout)
+    check_retention(spec.name, describe_configs(admin, spec.name, timeout))
+
+
+def check_retention(topic: str, configs: dict[str, str]) -> None:
+    """Refuse settings under which Kafka itself would delete THL history."""
     policy = set(configs.get("cleanup.policy", "").split(","))
-    if "compact" not in policy or "delete" in policy:
+    infinite = configs.get("retention.ms") == "-1" and configs.get("retention.bytes") == "-1"
+    if "compact" not in policy or ("delete" in policy and not infinite):
         raise ThlTopicError(
-            f"THL topic {spec.name} has cleanup.policy={configs.get('cleanup.policy')}; it must "
-            f"be 'compact' alone, or retention deletes history. Fix it with: kafka-configs "
-            f"--alter --entity-type topics --entity-name {spec.name} "
-            "--add-config cleanup.policy=compact")
+            f"THL topic {topic} has cleanup.policy={configs.get('cleanup.policy')} "
+            f"retention.ms={configs.get('retention.ms')} retention.bytes="
+            f"{configs.get('retention.bytes')}: Kafka would delete history by itself. Use "
+            "'compact' alone, or 'compact,delete' with retention.ms=-1 and retention.bytes=-1 "
+            f"(kafka-configs --alter --entity-type topics --entity-name {topic} --add-config "
+            "cleanup.policy=[compact,delete],retention.ms=-1,retention.bytes=-1); purge with "
+            "'thl purge'.")
 
 
 def describe_configs(admin: AdminClient, topic: str, timeout: float = 30.0) -> dict[str, str]:

@@ -185,6 +185,18 @@ class ThlReader:
         kind = ThlUnavailable if is_passing(err) else ThlError
         return kind(f"{self.topic}: {doing}: {err}")
 
+    def offset_for_time(self, timestamp_ms: int) -> int:
+        """The offset of the first record written at or after ``timestamp_ms`` (the high
+        watermark if none)."""
+        try:
+            found = self._consumer.offsets_for_times(
+                [TopicPartition(self.topic, 0, timestamp_ms)], timeout=self.poll_timeout)
+        except KafkaException as exc:
+            raise ThlUnavailable(f"{self.topic}: cannot look up offsets by time: "
+                                 f"{exc.args[0].str()}") from exc
+        offset = found[0].offset
+        return self.watermarks()[1] if offset < 0 else int(offset)
+
     def sample(self, offset: int) -> tuple[int, int] | None:
         """(offset, seqno) of the first record at or after ``offset``, None past the end."""
         msg = self._first_at(offset)

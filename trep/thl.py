@@ -28,6 +28,7 @@ import click
 from pydantic import ValidationError
 
 from replicator.config import KafkaConfig, ServiceSettings, validation_problems
+from replicator.control import consumer_groups
 from replicator.filters import (
     FilterError,
     ItemFilter,
@@ -35,10 +36,13 @@ from replicator.filters import (
     TrackingSchemaFilter,
     build_chain,
 )
+from replicator.zk import ServiceNodes, connect
 from thl_topics.admin import describe_configs
 from thl_topics.client import LIBRDKAFKA_LOG, check_access, new_admin
 from thl_topics.errors import ThlError
 from thl_topics.event import ThlEvent
+from thl_topics.purge import plan_purge
+from thl_topics.purge import purge as do_purge
 from thl_topics.reader import ThlReader
 from thl_topics.records import RecordHeaders
 from trep.config import ConfigError, ServiceConfig, load_config
@@ -212,6 +216,57 @@ def _stage_filters(cfg: ServiceConfig, group: str | None) -> Callable[[ThlEvent]
 
 
 @cli.command()
+@click.option("-seqno", "--seqno", "seqno", type=int, required=True,
+              help="Delete every event below this seqno (it is kept).")
+@click.option("--force", "force", multiple=True,
+              help="A consumer group you accept to break (repeatable).")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_obj
+def purge(obj: _Ctx, seqno: int, force: tuple[str, ...], yes: bool) -> None:
+    """Delete THL events below a seqno, never past a consumer group's position."""
+    if obj.cfg is None:
+        raise click.UsageError("purge reads the consumer groups' positions: -c FILE")
+    positions = group_positions(obj.cfg)
+    unknown = [g for g in force if g not in positions]
+    if unknown:
+        raise click.UsageError(f"--force names unknown group(s) {', '.join(unknown)} "
+                               f"(known: {', '.join(positions) or 'none'})")
+    with obj.reader() as reader:
+        plan = plan_purge(reader, seqno, positions)
+    if plan.first_kept is None or plan.first_kept >= seqno:
+        click.echo(f"nothing to purge: the first seqno kept is {plan.first_kept}")
+        return
+    for group, pos in sorted(positions.items()):
+        mark = " (would break: needs earlier events)" if group in plan.broken else ""
+        click.echo(f"group {group}: applied seqno {pos}{mark}")
+    if not yes:
+        click.confirm(f"Delete every event of {obj.topic} below seqno {seqno} (offsets below "
+                      f"{plan.offset})?", abort=True)
+    try:
+        do_purge(new_admin(obj.kafka)[0], obj.topic, plan, force)
+    except ThlError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"purged {obj.topic} below seqno {seqno}: first seqno kept is {seqno}")
+
+
+def group_positions(cfg: ServiceConfig) -> dict[str, int]:
+    """Every consumer group of the service (configured or registered) and its applied seqno
+    as mirrored in ZooKeeper (-1: none, i.e. it needs the THL from its start)."""
+    zk = connect(cfg.zookeeper.hosts, cfg.zookeeper.timeout_s)
+    try:
+        nodes = ServiceNodes(zk, cfg.zookeeper.root, cfg.service)
+        groups = sorted({*cfg.consumers, *consumer_groups(zk, cfg.zookeeper.root, cfg.service)})
+        out = {}
+        for group in groups:
+            pos = nodes.read_position(f"consumers/{group}")
+            out[group] = -1 if pos is None else pos.seqno
+        return out
+    finally:
+        zk.stop()
+        zk.close()
+
+
+@cli.command()
 @click.pass_obj
 def info(obj: _Ctx) -> None:
     """First and last seqno, epochs seen, topic settings, size."""
@@ -235,12 +290,12 @@ def info(obj: _Ctx) -> None:
     admin, _ = new_admin(obj.kafka)
     configs = describe_configs(admin, obj.topic, obj.timeout)
     click.echo(f"topic = {obj.topic}")
-    click.echo(f"min seqno = {first if first is not None else '-'}")
+    click.echo(f"min seqno = {first if first is not None else '-'} (first seqno kept)")
     click.echo(f"max seqno = {last if last is not None else '-'}")
     click.echo(f"offsets = {low}..{high}  records = {records}  value bytes = {size}")
     click.echo("epochs = " + ", ".join(f"{e} ({n} events)" for e, n in sorted(epochs.items())))
-    for key in ("cleanup.policy", "max.message.bytes", "min.insync.replicas",
-                "message.timestamp.type"):
+    for key in ("cleanup.policy", "retention.ms", "retention.bytes", "max.message.bytes",
+                "min.insync.replicas", "message.timestamp.type"):
         click.echo(f"{key} = {configs.get(key)}")
 
 

@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from stack.services.kafka import Kafka
-from thl_topics.admin import ThlTopicError, ThlTopicSpec, ensure_thl_topic
+from thl_topics.admin import ThlTopicError, ThlTopicSpec, describe_configs, ensure_thl_topic
 from thl_topics.event import Statement, ThlEvent
 from thl_topics.producer import ThlProducer
 from thl_topics.reader import ThlReader
@@ -71,7 +71,17 @@ def test_existing_topic_with_wrong_settings_is_refused(kafka: Kafka) -> None:
     admin.create_topics([NewTopic(name2, num_partitions=1, replication_factor=1,
                                   config={"cleanup.policy": "compact,delete"})])[name2].result(30)
     try:
-        with pytest.raises(ThlTopicError, match=r"cleanup.policy=compact,delete; it must be"):
+        # compact,delete with Kafka's default retention (7 days) would lose history.
+        with pytest.raises(ThlTopicError, match=r"cleanup.policy=compact,delete "
+                                                r"retention.ms=604800000.*would delete history"):
             ensure_thl_topic(admin, ThlTopicSpec(name2))
     finally:
         admin.delete_topics([name2])[name2].result(30)
+    name3 = f"thl.new{uuid.uuid4().hex[:8]}"
+    try:
+        ensure_thl_topic(admin, ThlTopicSpec(name3))  # made purgeable, never deleting by itself
+        configs = describe_configs(admin, name3)
+        assert (configs["cleanup.policy"], configs["retention.ms"],
+                configs["retention.bytes"]) == ("compact,delete", "-1", "-1")
+    finally:
+        admin.delete_topics([name3])[name3].result(30)
