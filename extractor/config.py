@@ -42,3 +42,11 @@ class ExtractorConfig(BaseModel):
     purge_keep_hours: float = Field(0, ge=0)
     #: How often the extractor looks for something to purge.
     purge_interval_s: float = Field(300, gt=0)
+    #: ``initial``: a new service (no position anywhere) first provisions every table its
+    #: filters replicate, as ``trepctl provision`` would; ``none``: changes only.
+    provision: Literal["none", "initial"] = "none"
+    #: Rows per provisioned chunk (one consistent snapshot and one THL transaction each).
+    provision_chunk_rows: int = Field(5000, gt=0)
+    #: Provisioning reads at most this many rows per second (0: as fast as it can), to
+    #: spare a busy source.
+    provision_rows_per_s: int = Field(0, ge=0)

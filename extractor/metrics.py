@@ -43,6 +43,16 @@ class ExtractorCollector(Collector):
             labels=["service"])
         losses.add_metric([self.service], float(self.extractor.leadership_losses))
         yield losses
+        prov = self.extractor.provisioner
+        rows = CounterMetricFamily(
+            "trep_provision_rows", "Rows published by provisioning (this process)",
+            labels=["service"])
+        rows.add_metric([self.service], float(prov.rows_total if prov else 0))
+        yield rows
+        active = GaugeMetricFamily("trep_provision_active", "1 while a provisioning runs",
+                                   labels=["service"])
+        active.add_metric([self.service], 1.0 if prov is not None and prov.active else 0.0)
+        yield active
         if self.extractor.zk_health is not None:
             yield from ZkCollector(self.extractor.zk_health, self.service, "extractor").collect()
 

@@ -45,6 +45,7 @@ from extractor.errors import (
     is_transient,
 )
 from extractor.positions import StartPoint, find_start
+from extractor.provision import Provisioner
 from extractor.retention import Retention
 from extractor.transactions import BinlogPosition, TransactionAssembler
 from replicator import crashpoints
@@ -105,6 +106,8 @@ class Extractor:
         self.zk_health: ZkHealth | None = None
         #: THL retention of the current lead (replaced on every lead).
         self.retention: Retention | None = None
+        #: Provisioning of the current lead (replaced on every lead).
+        self.provisioner: Provisioner | None = None
 
     def stop(self) -> None:
         """Ask the extractor to stop at the next transaction boundary."""
@@ -259,6 +262,9 @@ class Extractor:
             try:
                 with ThlReader(cfg.kafka.client(), cfg.thl_topic) as reader:
                     start = find_start(reader, engine, self.tracking, nodes)
+                    self.provisioner = Provisioner(cfg, self.cfg, nodes.client,
+                                                   self._filters(), self._source_connection)
+                    self.provisioner.resume(reader, start.next_seqno, start.origin == "new")
                 self._stream(start, producer, engine, nodes)
             finally:
                 try:
@@ -270,6 +276,11 @@ class Extractor:
                     log.warning("extractor: cannot abort the open THL transaction: %s", exc)
         finally:
             engine.dispose()
+
+    def _source_connection(self) -> pymysql.connections.Connection[Any]:
+        src = self.service.source
+        return pymysql.connect(host=src.host, port=src.port, user=src.user,
+                               password=src.password.get_secret_value(), charset="utf8mb4")
 
     def _filters(self) -> TrackingSchemaFilter:
         f = self.cfg.filters
@@ -356,12 +367,15 @@ class Extractor:
             fragment_bytes=xcfg.fragment_bytes,
             chain=build_chain(xcfg.filters.chain).around(self.service.tracking_schema))
         stream = self._binlog(start)
+        stream_start = self._resume_at
         self.streaming.set()
         if self.last_committed is None and start.next_seqno > 0:
             self.status.appliedLastSeqno = start.next_seqno - 1
         self.status.appliedLastEpoch = self.epoch
         self.status.clear_error()
         self._publish(State.ONLINE)
+        # A provisioning request's opening event goes before the first streamed change.
+        self._provision(stream_start, assembler)
         try:
             for event, position in self._events(stream):
                 assembler.feed(event, position)
@@ -370,6 +384,7 @@ class Extractor:
                 if self._stale and time.monotonic() - self._last_publish >= 0.5:
                     self._publish(State.ONLINE)  # idle (heartbeats only): show the last commit
                 self._check_leader()
+                self._provision(position, assembler)
                 if pending and (len(pending) >= xcfg.batch_transactions
                                 or isinstance(event, HeartbeatLogEvent)
                                 or time.monotonic() - batch_started >= xcfg.batch_ms / 1000):
@@ -381,6 +396,20 @@ class Extractor:
             self._commit(producer, pending, engine, nodes)
         finally:
             stream.close()
+
+    def _provision(self, position: BinlogPosition, assembler: TransactionAssembler) -> None:
+        """Between transactions: take up a provisioning request, emit its due chunks."""
+        prov = self.provisioner
+        if prov is None:
+            return
+        prov.poll(assembler.next_seqno)
+        try:
+            prov.step(position, assembler)
+        except LookupError as exc:
+            log.error("provisioning stopped: %s", exc)
+            prov.fail(str(exc))
+        assembler.provisioning = prov.provisioning()
+        self.status.provisioning = prov.status_text()
 
     def _commit(self, producer: ThlProducer, pending: list[ThlEvent], engine: sa.Engine,
                 nodes: ServiceNodes) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +24,7 @@ from extractor.row_values import TableShape
 from replicator.filters import FilterChain, ItemFilter
 from replicator.sql_names import statement_target
 from thl_topics.event import DataItem, RowAction, RowChange, Statement, ThlEvent
+from thl_topics.records import META_PROVISION, META_PROVISIONING
 
 # flags2 bits of a query event (MySQL's OPTION_* constants).
 _OPTION_AUTO_IS_NULL = 1 << 14
@@ -115,6 +118,9 @@ class TransactionAssembler:
         self._gtid: str | None = None
         self._last_time = 0
         self._shapes: dict[int, tuple[Any, TableShape]] = {}
+        #: Tables being provisioned: their binlog changes are marked (``provisioning``) so
+        #: that targets apply them idempotently until the table's last chunk.
+        self.provisioning: set[tuple[str, str]] = set()
 
     @property
     def in_transaction(self) -> bool:
@@ -227,7 +233,41 @@ class TransactionAssembler:
             self._flush(self._open, position, last_frag=True)
         self._open = None
 
-    def _flush(self, txn: _Open, position: BinlogPosition, *, last_frag: bool) -> None:
+    def snapshot(self, items: list[DataItem], position: BinlogPosition, tag: str,
+                 marks: str) -> None:
+        """Emit provisioned rows (and the DDL that makes their table) as one transaction,
+        fragmented like any other, at ``position``: the binlog point the rows were read at.
+
+        ``tag`` makes the event id unique (the binlog position is the one of the transaction
+        before); ``marks`` is the ``provision`` metadata (JSON) that targets act on.
+        """
+        if self._open is not None:
+            raise RuntimeError("a snapshot can only be emitted between transactions")
+        now = int(time.time())
+        self._last_time = now
+        txn = _Open(tstamp=now * 1_000_000)
+        # Large chunks are cut like large transactions; every fragment carries the marks.
+        fragments: list[list[DataItem]] = [[i for i in items if isinstance(i, Statement)]]
+        rows = 0
+        for item in items:
+            if not isinstance(item, RowChange):
+                continue
+            for start in range(0, max(item.row_count, 1), self.fragment_rows):
+                part = dataclasses.replace(
+                    item, column_values=item.column_values[start:start + self.fragment_rows])
+                if fragments[-1] and rows + part.row_count > self.fragment_rows:
+                    fragments.append([])
+                    rows = 0
+                fragments[-1].append(part)
+                rows += part.row_count
+        event_id = f"{position.event_id()};{tag}"
+        for i, data in enumerate(fragments):
+            txn.items = data
+            self._flush(txn, position, last_frag=i == len(fragments) - 1, event_id=event_id,
+                        extra={META_PROVISION: marks})
+
+    def _flush(self, txn: _Open, position: BinlogPosition, *, last_frag: bool,
+               event_id: str | None = None, extra: dict[str, str] | None = None) -> None:
         if not txn.items and not last_frag:
             return
         if txn.seqno is None:
@@ -241,9 +281,16 @@ class TransactionAssembler:
                     "service": self.service, "shard": shard}
         if txn.gtid:
             metadata["gtid"] = txn.gtid
+        metadata.update(extra or {})
+        if self.provisioning:
+            touched = sorted({(i.schema, i.table) for i in txn.items
+                              if isinstance(i, RowChange)} & self.provisioning)
+            if touched:
+                metadata[META_PROVISIONING] = json.dumps([list(t) for t in touched])
         event = ThlEvent(
             seqno=txn.seqno, epoch=self.epoch, source_id=self.source_id,
-            event_id=position.event_id(txn.session), shard_id=shard, tstamp=txn.tstamp,
+            event_id=event_id or position.event_id(txn.session), shard_id=shard,
+            tstamp=txn.tstamp,
             fragno=txn.fragno, last_frag=last_frag, metadata=metadata, data=txn.items,
         )
         if self.chain and event.data:
@@ -253,6 +300,7 @@ class TransactionAssembler:
         txn.fragno += 1
         txn.items = []
         txn.rows = txn.size = 0
+
 
 
 def _shard_of(items: list[DataItem]) -> str:

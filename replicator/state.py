@@ -36,6 +36,8 @@ class Status:
     skippedSeqnos: list[int] = field(default_factory=list)
     #: Times this process lost its ZooKeeper connection (it goes on applying meanwhile).
     zookeeperDisconnects: int = 0
+    #: The extractor's provisioning: NONE, or "running: rows done/total rows table".
+    provisioning: str = "NONE"
     timeInStateSeconds: float = 0.0
     stateSince: float = field(default_factory=time.time)
     host: str = ""

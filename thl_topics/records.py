@@ -13,6 +13,12 @@ from thl_topics.event import ThlEvent
 
 HEADER_EPOCH = "epoch"
 HEADER_FINGERPRINT = "schema_fingerprint"
+#: Event metadata of a provisioned chunk (JSON marks: request id, table, chunk number, first,
+#: end, rows, last key); also a record header, readable without decoding the value.
+META_PROVISION = HEADER_PROVISION = "provision"
+#: Event metadata of a binlog transaction touching tables being provisioned (JSON list of
+#: [schema, table]).
+META_PROVISIONING = "provisioning"
 
 
 def record_key(seqno: int, fragno: int) -> bytes:
@@ -29,7 +35,7 @@ def parse_key(key: bytes) -> tuple[int, int]:
 def record_headers(event: ThlEvent,
                    fingerprint_hex: str) -> list[tuple[str, str | bytes | None]]:
     """Headers on every THL record: the epoch first, then what lets tools filter unread."""
-    return [
+    headers: list[tuple[str, str | bytes | None]] = [
         (HEADER_EPOCH, str(event.epoch).encode()),
         ("seqno", str(event.seqno).encode()),
         ("fragno", str(event.fragno).encode()),
@@ -38,6 +44,10 @@ def record_headers(event: ThlEvent,
         ("event_id", event.event_id.encode()),
         (HEADER_FINGERPRINT, fingerprint_hex.encode()),
     ]
+    marks = event.metadata.get(HEADER_PROVISION)
+    if marks is not None:
+        headers.append((HEADER_PROVISION, marks.encode()))
+    return headers
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,11 @@ import click
 import sqlalchemy as sa
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from replicator.control import ComponentNodes, Desired, consumer_groups, parse_seqno_ranges
 from replicator.control import services as list_services
+from replicator.provision_request import ProvisionRequest, read_request, write_request
 from replicator.source import source_engine
 from replicator.state import State
 from replicator.tracking import CommitSeqnoTable, tracking_metadata
@@ -243,6 +245,75 @@ def heartbeat(ctx: Ctx, name: str) -> None:
     finally:
         engine.dispose()
     click.echo(f"heartbeat {name} written at {now.isoformat()}Z")
+
+
+@cli.command()
+@click.option("-schema", "--schema", "schemas", multiple=True,
+              help="Every table of this schema (repeatable).")
+@click.option("-table", "--table", "tables", multiple=True,
+              help="One table, schema.table (repeatable).")
+@click.option("--no-wait", is_flag=True, help="Ask and return; follow with trepctl status.")
+@click.option("-limit", "--limit", "timeout", type=float, default=0, show_default="forever",
+              help="Seconds to wait at most.")
+@click.pass_obj
+def provision(ctx: Ctx, schemas: tuple[str, ...], tables: tuple[str, ...], no_wait: bool,
+              timeout: float) -> None:
+    """Publish the existing rows of tables through the THL (every table the extractor
+    replicates when none is named), while replication goes on; show the progress."""
+    pairs = []
+    for name in tables:
+        schema, dot, table = name.partition(".")
+        if not dot or not schema or not table:
+            _fail(f"-table {name!r}: use schema.table", 2)
+        pairs.append([schema, table])
+    current = read_request(ctx.zk, ctx.cfg)
+    if current is not None and current.state in ("requested", "running"):
+        _fail(f"provisioning {current.id} is {current.state} already "
+              f"({current.rows_done}/{current.rows_total} rows); wait for it to finish")
+    request = ProvisionRequest(tables=pairs, schemas=list(schemas))
+    write_request(ctx.zk, ctx.cfg, request)
+    click.echo(f"provisioning {request.id} requested")
+    if not no_wait:
+        _follow(ctx, request.id, timeout)
+
+
+def _follow(ctx: Ctx, request_id: str, timeout: float) -> None:
+    """Progress of a provisioning until it is done: a bar in a terminal, lines otherwise."""
+    deadline = time.monotonic() + timeout if timeout else None
+    started = time.monotonic()
+    tty = sys.stdout.isatty()
+    progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                        TextColumn("{task.completed:,.0f}/{task.total:,.0f} rows"),
+                        TextColumn("{task.fields[rate]:,.0f} rows/s"), TimeRemainingColumn(),
+                        disable=not tty)
+    last_line = 0.0
+    with progress:
+        task = progress.add_task("provisioning", total=None, rate=0.0)
+        while True:
+            req = read_request(ctx.zk, ctx.cfg)
+            if req is None or req.id != request_id:
+                _fail(f"provisioning {request_id} was replaced or removed")
+                return
+            elapsed = max(time.monotonic() - started, 1e-6)
+            rate = req.rows_done / elapsed
+            total = max(req.rows_total, req.rows_done) or None
+            progress.update(task, completed=req.rows_done, total=total, rate=rate,
+                            description=f"provisioning {req.current or req.state}")
+            if not tty and time.monotonic() - last_line >= 5:
+                last_line = time.monotonic()
+                eta = (f", ETA {(total - req.rows_done) / rate:.0f} s"
+                       if total and rate > 0 else "")
+                click.echo(f"provisioning {req.id}: {req.state} {req.current} "
+                           f"{req.rows_done}/{req.rows_total} rows, {rate:.0f} rows/s{eta}")
+            if req.state == "done":
+                break
+            if req.state == "failed":
+                _fail(f"provisioning {req.id} failed: {req.message}")
+            if deadline is not None and time.monotonic() > deadline:
+                _fail(f"provisioning {req.id} not done within {timeout} s "
+                      f"({req.rows_done}/{req.rows_total} rows)")
+            time.sleep(0.5)
+    click.echo(f"provisioning {request_id} done: {req.message}")
 
 
 @cli.command()

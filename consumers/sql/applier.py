@@ -27,6 +27,7 @@ from consumers.applier import Atomicity, BlockLimits, Capabilities, StatementPol
 from consumers.errors import DataError, PositionConflict, TransientError
 from consumers.heartbeat import Heartbeat
 from consumers.position import Position
+from consumers.provisioning import chunk_of, idempotent_tables
 from consumers.registry import ApplierContext
 from consumers.sql import ddl
 from consumers.sql.config import MYSQL_FAMILY, SqlTarget
@@ -231,9 +232,14 @@ class SqlApplier:
             raise self._conflict(PositionMoved(self._expected, stored))
 
     def apply(self, event: ThlEvent) -> None:
+        chunk = chunk_of(event)
+        loose = idempotent_tables(event)
         for item in event.data:
             if isinstance(item, RowChange):
-                self._rows(item, event)
+                if chunk is not None and chunk.first and event.fragno == 0 and \
+                        (item.schema, item.table) == (chunk.schema, chunk.table):
+                    self._empty(item, event)
+                self._rows(item, event, idempotent=(item.schema, item.table) in loose)
             else:
                 self._statement(item, event)
         if event.last_frag:
@@ -504,7 +510,16 @@ class SqlApplier:
         # a name doubled (`back``tick` comes back as "back``tick").
         return reflected.replace("``", "`") if self.dialect in MYSQL_FAMILY else reflected
 
-    def _rows(self, change: RowChange, event: ThlEvent) -> None:
+    def _empty(self, change: RowChange, event: ThlEvent) -> None:
+        """A table's first provisioned chunk: the target's rows go, the source's come."""
+        target = self._table(change, _image_specs(change), event.seqno)
+        self._flush()
+        try:
+            self._db.execute(sa.delete(target.table))
+        except sa_exc.DBAPIError as exc:
+            raise self._classify(exc, f"emptying {target.qualified} for provisioning") from exc
+
+    def _rows(self, change: RowChange, event: ThlEvent, idempotent: bool = False) -> None:
         specs = _image_specs(change)
         target = self._table(change, specs, event.seqno)
         missing = [c.name for c in specs if c.name not in target.types]
@@ -527,7 +542,16 @@ class SqlApplier:
         if self.policy is not None and self.policy.changed:
             for (kind, column), count in self.policy.collect().items():
                 self._changed[kind, target.qualified, column] += count
+        if idempotent and any(c.primary_key for c in specs):
+            self._idempotent(target, change, after, before)
+            return
         params = bind_rows(change.action, after, before, change.key_specs)
+        if idempotent:
+            # No key: the row may not be there yet; the table's chunk will set it right.
+            self._flush()
+            self._execute(_Batch(target, change.action, change.column_specs,
+                                 change.key_specs, params), check=False)
+            return
         batch = _Batch(target, change.action, change.column_specs, change.key_specs, params)
         if self._batch is not None and self._batch.layout() == batch.layout():
             self._batch.params.extend(params)
@@ -537,10 +561,37 @@ class SqlApplier:
         if len(self._batch.params) >= self.cfg.batch_rows:
             self._flush()
 
+    def _idempotent(self, target: TargetTable, change: RowChange, after: list[list[object]],
+                    before: list[list[object]]) -> None:
+        """Apply a row change of a table being provisioned so that it cannot fail: delete
+        the rows its keys name (if there), then insert the after images. Works the same on
+        every dialect, and for key changes inside one statement."""
+        self._flush()
+        steps: list[tuple[RowAction, list[ColumnSpec], list[dict[str, object]]]] = []
+        if before:
+            steps.append((RowAction.DELETE, change.key_specs,
+                          bind_rows(RowAction.DELETE, [], before, change.key_specs)))
+        if after:
+            steps.append((RowAction.DELETE, change.column_specs,
+                          bind_rows(RowAction.DELETE, [], after, change.column_specs)))
+            steps.append((RowAction.INSERT, change.column_specs,
+                          bind_rows(RowAction.INSERT, after, [], change.column_specs)))
+        for action, specs, params in steps:
+            stmt = statement_for(self.builder, target, action, specs, specs)
+            try:
+                self._db.execute(stmt, params)
+            except sa_exc.DBAPIError as exc:
+                raise self._classify(exc, f"{action.value} into {target.qualified} "
+                                          "(provisioning)") from exc
+
     def _flush(self) -> None:
         batch, self._batch = self._batch, None
         if batch is None or not batch.params:
             return
+        self._execute(batch)
+
+    def _execute(self, batch: _Batch, check: bool = True) -> None:
+        """One executemany; ``check``: an UPDATE or DELETE must match every row."""
         stmt = self._stmts.get(batch.layout())
         if stmt is None:
             stmt = statement_for(self.builder, batch.target, batch.action, batch.columns,
@@ -551,7 +602,7 @@ class SqlApplier:
         except sa_exc.DBAPIError as exc:
             raise self._classify(exc, f"{batch.action.value} into {batch.target.qualified}"
                                  ) from exc
-        if batch.action is not RowAction.INSERT and result.rowcount not in (-1, len(
+        if check and batch.action is not RowAction.INSERT and result.rowcount not in (-1, len(
                 batch.params)):
             raise DataError(
                 f"{batch.action.value} of {batch.target.qualified} on {self.target} matched "
