@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from consumers.applier import Applier
+from consumers.changes.config import ChangesTarget
 from consumers.elasticsearch.config import ElasticsearchTarget
 from consumers.memory.config import MemoryTarget
 from consumers.metrics import ConsumerMetrics
@@ -22,7 +23,7 @@ from consumers.sql.config import SqlTarget
 from replicator.config import ServiceSettings
 
 #: Every target configuration, told apart by its ``type``.
-TargetConfig = Annotated[SqlTarget | MemoryTarget | ElasticsearchTarget,
+TargetConfig = Annotated[SqlTarget | MemoryTarget | ElasticsearchTarget | ChangesTarget,
                          Field(discriminator="type")]
 
 #: type -> "module:factory"; a factory takes (target configuration, ApplierContext).
@@ -30,6 +31,7 @@ _FACTORIES: dict[str, str] = {
     "sql": "consumers.sql.applier:SqlApplier",
     "memory": "consumers.memory.applier:MemoryApplier",
     "elasticsearch": "consumers.elasticsearch.applier:ElasticsearchApplier",
+    "changes": "consumers.changes.applier:ChangesApplier",
 }
 
 

@@ -38,6 +38,7 @@ _DEFAULT_PORTS = {
     "elasticsearch": 19200,
     "elasticsearch-transport": 19300,
     "ferretdb": 37017,
+    "apicurio": 18081,
 }
 
 

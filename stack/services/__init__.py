@@ -21,6 +21,7 @@ _FACTORIES: dict[str, str] = {
     "elasticsearch": "stack.services.elasticsearch:service",
     "ferretdb": "stack.services.ferretdb:service",
     "spark": "stack.services.spark:service",
+    "apicurio": "stack.services.apicurio:service",
 }
 
 NAMES: tuple[str, ...] = tuple(_FACTORIES)

@@ -150,6 +150,11 @@ def spark() -> Any:
     return _serve("spark")
 
 
+@pytest.fixture(scope="session")
+def apicurio() -> Any:
+    return _serve("apicurio")
+
+
 @pytest.fixture
 def unused_port() -> int:
     """A TCP port nothing listens on at the moment (for a metrics endpoint)."""

@@ -30,3 +30,11 @@ def test_compose_source_has_the_binlog_settings_the_extractor_needs() -> None:
     for setting in ("--binlog-format=ROW", "--binlog-row-image=FULL",
                     "--binlog-row-metadata=FULL", "--server-id=1"):
         assert setting in command
+
+
+def test_compose_registry_serves_the_stack_port_and_keeps_its_schemas() -> None:
+    spec = yaml.safe_load(COMPOSE.read_text())["services"]["apicurio"]
+    assert spec["ports"] == ["127.0.0.1:18081:8080"]
+    # In-memory storage would reuse schema ids after a restart: the topics would decode
+    # with the wrong schemas.
+    assert spec["environment"]["APICURIO_DATASOURCE_URL"].startswith("jdbc:h2:file:")

@@ -1,0 +1,134 @@
+"""Configuration of change topics (``target: {type: changes, ...}``).
+
+```yaml
+consumers:
+  changes:
+    target:
+      type: changes
+      envelope: debezium            # or tungsten
+      format: avro                  # or json
+      schema_registry: {url: http://127.0.0.1:18081/apis/ccompat/v7}
+      topic: "{service}.{schema}.{table}"
+      partitions: 3
+```
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+
+#: Placeholders a topic template may use.
+TOPIC_FIELDS = ("service", "schema", "table")
+
+
+def check_template(template: str) -> str:
+    """``template`` if it uses only the known placeholders (ValueError otherwise)."""
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as exc:
+        raise ValueError(f"topic template {template!r}: {exc}") from exc
+    unknown = [f for f in fields if f not in TOPIC_FIELDS]
+    if unknown:
+        raise ValueError(f"topic template {template!r} uses {unknown}; the placeholders are "
+                         + ", ".join("{" + f + "}" for f in TOPIC_FIELDS))
+    return template
+
+
+class SchemaRegistryConfig(BaseModel):
+    """A Confluent-compatible schema registry (Confluent's, or Apicurio's ``/apis/ccompat/v7``)."""
+
+    model_config = {"extra": "forbid"}
+
+    url: str
+    #: Basic authentication, if the registry asks for it.
+    user: str | None = None
+    password: SecretStr | None = None
+    #: Compatibility set on every subject this group registers (``NONE`` leaves the
+    #: registry's own setting alone). BACKWARD: a consumer with the newest schema reads
+    #: every older record; a new source column is always backward compatible here.
+    compatibility: Literal["BACKWARD", "BACKWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE",
+                           "FORWARD", "FORWARD_TRANSITIVE", "NONE"] = "BACKWARD"
+    #: Seconds one registry request may take.
+    timeout_s: float = Field(10.0, gt=0)
+
+    def client_config(self) -> dict[str, Any]:
+        """Settings of ``confluent_kafka.schema_registry.SchemaRegistryClient``."""
+        conf: dict[str, Any] = {"url": self.url, "timeout": self.timeout_s}
+        if self.user is not None:
+            secret = self.password.get_secret_value() if self.password else ""
+            conf["basic.auth.user.info"] = f"{self.user}:{secret}"
+        return conf
+
+
+class ChangesTarget(BaseModel):
+    """Per-table change topics for data teams, written exactly once.
+
+    One record per row change, keyed by the primary key fields in key order, in Debezium's
+    envelope (for Flink ``debezium-json``/``debezium-avro-confluent``, Kafka Connect sinks,
+    Spark jobs written for Debezium topics) or Tungsten's (seeds/001 "Applying to Kafka"),
+    as Avro in the Confluent wire format (schema registry) or JSON.
+    """
+
+    model_config = {"extra": "forbid"}
+
+    type: Literal["changes"] = "changes"
+    #: Record layout: ``debezium`` (before/after/source/op/ts_ms/transaction) or
+    #: ``tungsten`` (record + _optype, _seqno, _committime, _source_schema, _source_table).
+    envelope: Literal["debezium", "tungsten"] = "debezium"
+    #: ``avro`` (Confluent wire format, needs ``schema_registry``) or ``json``.
+    format: Literal["avro", "json"] = "avro"
+    #: JSON only: wrap key and value in Kafka Connect's ``{"schema": ..., "payload": ...}``
+    #: (JsonConverter with ``schemas.enable=true``); false writes the payload alone.
+    json_schemas: bool = True
+    schema_registry: SchemaRegistryConfig | None = None
+    #: Kafka cluster of the change topics; default: the service's own cluster.
+    bootstrap_servers: str | None = None
+    #: Topic of each table; placeholders {service}, {schema}, {table}.
+    topic: str = "{service}.{schema}.{table}"
+    #: Templates for particular tables, by ``schema.table`` pattern (shell wildcards), e.g.
+    #: for a table whose name is not a legal topic name: ``{"shop.order items": "..."}``.
+    topics: dict[str, str] = Field(default_factory=dict)
+    #: Partitions of a new topic of a table with a primary key.
+    partitions: int = Field(1, ge=1)
+    #: Partitions of a new topic of a table without a key: 1 keeps its records in one
+    #: total (seqno) order, since null keys give a reader no other order to rely on.
+    keyless_partitions: int = Field(1, ge=1)
+    replication_factor: int = Field(1, ge=1)
+    #: Extra topic settings for new change topics (e.g. ``retention.ms``, ``segment.ms``).
+    topic_config: dict[str, str] = Field(default_factory=dict)
+    #: A tombstone (same key, null value) after each delete, so compaction drops the key.
+    tombstones: bool = True
+    #: Debezium envelope: ``source.name`` (Debezium's topic prefix); default: the service.
+    server_name: str | None = None
+    #: The compacted topic that holds the group's position, written in the same Kafka
+    #: transaction as the records; default ``tungsten_{service}.{group}.positions``.
+    positions_topic: str | None = None
+    #: Seconds a Kafka transaction commit (or the producer's start) may take.
+    transaction_timeout_s: float = Field(60.0, gt=0)
+    #: Largest record the producer sends.
+    max_message_bytes: int = Field(8 * 1024 * 1024, ge=1024 * 1024)
+    #: Extra librdkafka producer settings (security, ...), applied last.
+    producer: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, value: str) -> str:
+        return check_template(value)
+
+    @field_validator("topics")
+    @classmethod
+    def _topics(cls, value: dict[str, str]) -> dict[str, str]:
+        for template in value.values():
+            check_template(template)
+        return value
+
+    @model_validator(mode="after")
+    def _registry(self) -> ChangesTarget:
+        if self.format == "avro" and self.schema_registry is None:
+            raise ValueError("format: avro needs schema_registry: {url: ...} (Confluent's "
+                             "registry, or Apicurio's .../apis/ccompat/v7); or use "
+                             "format: json")
+        return self
