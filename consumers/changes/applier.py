@@ -102,6 +102,8 @@ class ChangesApplier:
                              if cfg.format == "avro" and cfg.schema_registry is not None
                              else JsonSerde(self.envelope, cfg.json_schemas))
         self.names = TopicNames(cfg, self.service)
+        #: Updates of keyless rows are a delete and a create (Tungsten's envelope).
+        self._split = cfg.envelope == "tungsten"
         self._topics: TopicAdmin | None = None
         self._producer: Producer | None = None
         self._meta_consumer: Consumer | None = None
@@ -265,9 +267,10 @@ class ChangesApplier:
                 if err.retriable() and time.monotonic() < deadline:
                     continue  # librdkafka: a retriable commit may simply be called again
                 if err.txn_requires_abort():
+                    first = f" (first: {self._errors[0].str()})" if self._errors else ""
                     self.rollback()
                     raise kafka_error(err, self.target, "committing the Kafka transaction "
-                                      "(aborted: nothing of the block was published)",
+                                      f"(aborted: nothing of the block was published){first}",
                                       seqno) from exc
                 # Outcome unknown, or the producer is fenced/fatal: never reuse it; the next
                 # session starts a new one and reads the position back.
@@ -302,6 +305,8 @@ class ChangesApplier:
         layout = _layout(change.schema, change.table, specs)
         found = self._tables.get(layout)
         if found is not None:
+            # A cheap set lookup, except after a reconnect: a topic may have been deleted.
+            self._ensure(found.shape.topic, found.keyed, seqno)
             return found
         topic = self.names.topic(change.schema, change.table, seqno)
         try:
@@ -310,12 +315,15 @@ class ChangesApplier:
             raise DataError(f"{self.target}: {exc} (seqno {seqno}); rename a column on the "
                             "source or use format: json", seqno=seqno) from exc
         key, value = self.serde.writers(shape, seqno)
-        if self._topics is None:
-            raise TransientError(f"{self.target}: not connected")
-        self._topics.ensure(topic, keyed=bool(shape.key), seqno=seqno)
+        self._ensure(topic, bool(shape.key), seqno)
         found = _Table(shape, key, value, bool(shape.key))
         self._tables[layout] = found
         return found
+
+    def _ensure(self, topic: str, keyed: bool, seqno: int) -> None:
+        if self._topics is None:
+            raise TransientError(f"{self.target}: not connected")
+        self._topics.ensure(topic, keyed=keyed, seqno=seqno)
 
     def _rows(self, change: RowChange, origin: Origin, now_us: int) -> None:
         specs = change.column_specs or change.key_specs
@@ -335,9 +343,11 @@ class ChangesApplier:
                     [("c", None, after)]
             elif change.action is RowAction.DELETE:
                 steps = [("d", before, None)]
-            elif before is not None and after is not None and shape.key and any(
-                    before[i] != after[i] for i in shape.key):
-                steps = [("d", before, None), ("c", None, after)]  # the key changed
+            elif before is not None and after is not None and (any(
+                    before[i] != after[i] for i in shape.key) if shape.key else self._split):
+                # The key changed; or a keyless row in Tungsten's envelope, which carries no
+                # before image: a delete of the old row tells readers which one went.
+                steps = [("d", before, None), ("c", None, after)]
             else:
                 steps = [("u", before, after)]
             for op, old, new in steps:

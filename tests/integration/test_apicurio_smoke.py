@@ -57,6 +57,6 @@ def test_schemas_survive_a_restart(apicurio: Apicurio) -> None:
     apicurio.start()
     # A new client: nothing cached. The id still names the same schema (H2 file storage).
     fresh = SchemaRegistryClient({"url": apicurio.ccompat_url})
-    assert json.loads(fresh.get_schema(schema_id).schema_str)["fields"] == [
+    assert json.loads(fresh.get_schema(schema_id).schema_str or "")["fields"] == [
         {"name": "k", "type": "long"}]
     assert subject in fresh.get_subjects()

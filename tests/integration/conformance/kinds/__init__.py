@@ -13,6 +13,8 @@ KINDS: dict[str, str] = {
     "mariadb": "sql:MariaDBKind",
     "postgresql": "sql:PostgreSQLKind",
     "elasticsearch": "elasticsearch:ElasticsearchKind",
+    "changes": "changes:ChangesKind",
+    "changes_json": "changes:ChangesJsonKind",
 }
 
 
