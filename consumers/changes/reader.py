@@ -75,7 +75,8 @@ def logical(value: Any, connect_type: str, name: str | None, params: Mapping[str
         return int.from_bytes(raw, "little")
     if connect_type == "bytes" and isinstance(value, str):
         return base64.b64decode(value)
-    if connect_type in ("float32", "float64") and isinstance(value, Decimal):
+    if connect_type in ("float32", "float64", "float", "double") and \
+            isinstance(value, Decimal):
         return float(value)
     return value
 

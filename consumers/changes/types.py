@@ -58,6 +58,7 @@ Convert = Callable[[ThlValue], Value]
 
 _EPOCH_DATE = dt.date(1970, 1, 1)
 _EPOCH = dt.datetime(1970, 1, 1)  # noqa: DTZ001 - DATETIME has no zone: counted as UTC
+_JSON_TYPE = {"float32": "float", "float64": "double"}
 _AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _AVRO_CHAR = re.compile(r"[A-Za-z0-9_]")
 
@@ -102,7 +103,8 @@ class ColumnType:
 
     def connect(self) -> dict[str, Any]:
         """The Connect JSON schema of the type (without ``field`` and ``optional``)."""
-        schema: dict[str, Any] = {"type": self.connect_type}
+        # JsonConverter's names for FLOAT32/FLOAT64 are "float" and "double".
+        schema: dict[str, Any] = {"type": _JSON_TYPE.get(self.connect_type, self.connect_type)}
         if self.name is not None:
             schema["name"] = self.name
         if self.version is not None:

@@ -22,6 +22,7 @@ from stack.service import Service
 from stack.services.apicurio import Apicurio
 from stack.services.mariadb import MariaDB
 from stack.settings import REPO_ROOT
+from thl_topics.errors import ThlTopicMissing
 from thl_topics.event import RowChange
 from thl_topics.reader import ThlReader
 from trep.config import ServiceConfig, load_config
@@ -155,6 +156,17 @@ class ChangeService:
                 assert time.monotonic() < deadline, f"{g}: seqno {seqno} not applied: {status}"
                 time.sleep(0.2)
 
+    def wait_extractor_online(self, since: float, timeout: float = 90) -> None:
+        """Until an extractor that went ONLINE after ``since`` (a time.time()) reports it."""
+        nodes = ComponentNodes(self.zk, self.cfg.zookeeper.root, self.name, "extractor")
+        deadline = time.monotonic() + timeout
+        while True:
+            status = nodes.status() or {}
+            if status.get("state") == "ONLINE" and float(status.get("stateSince", 0)) >= since:
+                return
+            assert time.monotonic() < deadline, f"extractor not ONLINE: {status}"
+            time.sleep(0.2)
+
     def thl_marker(self, timeout: float = 180) -> int:
         """Commit a marker row; its seqno once the THL holds it."""
         marker = self.src(f"INSERT INTO {self.schema}.ready VALUES ()",
@@ -162,8 +174,11 @@ class ChangeService:
         deadline = time.monotonic() + timeout
         while True:
             assert time.monotonic() < deadline, f"marker {marker} never reached the THL"
-            with ThlReader(self.bootstrap, self.cfg.thl_topic) as reader:
-                tail = reader.tail()
+            try:
+                with ThlReader(self.bootstrap, self.cfg.thl_topic) as reader:
+                    tail = reader.tail()
+            except ThlTopicMissing:  # the extractor has not created it yet
+                tail = None
             if tail is not None and tail.event is not None and any(
                     isinstance(item, RowChange) and item.table == "ready"
                     and item.column_values and item.column_values[-1][0] == marker
