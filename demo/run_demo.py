@@ -65,7 +65,8 @@ ROOT = HERE.parent
 TEMPLATE = HERE / "demo.yml"
 CONFIG = RUN_DIR / "demo.yml"
 DEFAULT_PORTS = {"mariadb-source": 13306, "mariadb-target": 13307, "postgresql": 15432,
-                 "zookeeper": 12181, "kafka": 19092, "elasticsearch": 19200, "ferretdb": 37017}
+                 "zookeeper": 12181, "kafka": 19092, "elasticsearch": 19200, "ferretdb": 37017,
+                 "apicurio": 18081}
 PY = sys.executable
 SOURCE_PORT = port("mariadb-source")
 TARGET_PORT = port("mariadb-target")
@@ -487,7 +488,7 @@ def demo(cfg: ServiceConfig, runner: subprocess.Popen[bytes], since: float, log:
     if not compare(cfg):
         print("the targets differ from the source", file=sys.stderr)
         return 1
-    print("both targets hold exactly the source's rows")
+    print("every target holds exactly the source's rows")
     return 0
 
 

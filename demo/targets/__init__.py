@@ -18,6 +18,7 @@ from trep.config import ServiceConfig
 _TARGETS: dict[str, str] = {
     "sql": "demo.targets.sql:SqlDemoTarget",
     "elasticsearch": "demo.targets.elasticsearch:ElasticsearchDemoTarget",
+    "changes": "demo.targets.changes:ChangesDemoTarget",
 }
 
 
