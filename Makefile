@@ -49,6 +49,8 @@ bench: $(STAMP)
 	$(PY) bench/apply_bench.py
 	$(PY) -m stack up zookeeper kafka mariadb-source elasticsearch
 	$(PY) bench/elasticsearch_bench.py
+	$(PY) -m stack up apicurio
+	$(PY) bench/changes_bench.py
 
 stack-up: $(STAMP)
 	$(PY) -m stack up

@@ -1,0 +1,270 @@
+"""Change-topic benchmark: THL fan-out into per-table topics, beside a plain producer.
+
+``make bench`` runs it against the local stack (Kafka, ZooKeeper, the Apicurio registry).
+Method, on a fresh service:
+
+1. write a THL of ``--transactions`` events of ``--txn-rows`` row changes each straight into
+   ``thl.<service>`` with the project's THL producer (the sysbench-like table of PERF.md:
+   ``id INT PK, k INT, c CHAR(120), pad CHAR(60)``; 80 % inserts, 15 % updates, 5 % deletes);
+2. for each format (``--formats``: Debezium envelope in Avro through the registry, and in
+   JSON with Connect's schema block), start that consumer group alone
+   (``trep-run --no-extractor --consumer NAME``, 3 partitions per topic, blocks of 100
+   events) and time it from process start until its status shows the THL's last seqno;
+   CPU seconds of the process from /proc;
+3. as the reference, read back every record that group wrote (key, value and headers, as
+   bytes) and write the same records with a plain confluent-kafka ``Producer`` (idempotent,
+   acks=all, lz4, the same partitioner) in one process: what Kafka and librdkafka cost alone.
+
+Reported per format: row changes/s (wall, including start-up), records written, CPU seconds
+per million row changes, and the same for the plain producer. Not a test: nothing asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from replicator.control import ComponentNodes
+from replicator.zk import connect
+from stack.services.apicurio import service as apicurio
+from stack.settings import RUN_DIR, port
+from thl_topics.admin import ThlTopicSpec, ensure_thl_topic
+from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent
+from thl_topics.producer import ThlProducer
+from trep.config import load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+SCHEMA = "sbtest"
+SPECS = [ColumnSpec(1, "id", "INT", primary_key=True), ColumnSpec(2, "k", "INT"),
+         ColumnSpec(3, "c", "CHAR", length=480, charset="utf8mb4"),
+         ColumnSpec(4, "pad", "CHAR", length=240, charset="utf8mb4")]
+
+
+def _text(rng: random.Random, n: int) -> str:
+    return "-".join(f"{rng.randrange(10**11):011d}" for _ in range(n // 12 + 1))[:n]
+
+
+def make_events(transactions: int, txn_rows: int, seed: int) -> list[ThlEvent]:
+    """The synthetic THL: sbtest rows, 80 % inserts, 15 % updates, 5 % deletes."""
+    rng = random.Random(seed)
+    live: list[int] = []
+    next_id = 1
+    events = []
+    for seqno in range(transactions):
+        data = []
+        for _ in range(txn_rows):
+            pick = rng.random()
+            if pick < 0.80 or len(live) < 10:
+                row: list[Any] = [next_id, rng.randrange(10**6), _text(rng, 120),
+                                  _text(rng, 60)]
+                live.append(next_id)
+                next_id += 1
+                data.append(RowChange(RowAction.INSERT, SCHEMA, "sbtest1", SPECS, [],
+                                      [row], []))
+            elif pick < 0.95:
+                rid = rng.choice(live)
+                before = [rid, 1, "c", "pad"]
+                after = [rid, rng.randrange(10**6), _text(rng, 120), "pad"]
+                data.append(RowChange(RowAction.UPDATE, SCHEMA, "sbtest1", SPECS, SPECS,
+                                      [after], [before]))
+            else:
+                rid = live.pop(rng.randrange(len(live)))
+                data.append(RowChange(RowAction.DELETE, SCHEMA, "sbtest1", [], SPECS, [],
+                                      [[rid, 1, "c", "pad"]]))
+        events.append(ThlEvent(seqno=seqno, epoch=0, source_id="bench",
+                               event_id=f"bench-bin.000001:{seqno * 1000:016d};0",
+                               shard_id=SCHEMA, tstamp=1_700_000_000_000_000 + seqno,
+                               metadata={"mysql_server_id": "1", "gtid": f"0-1-{seqno + 1}"},
+                               data=data))
+    return events
+
+
+def fill_thl(bootstrap: str, topic: str, events: list[ThlEvent]) -> float:
+    """Publish the events, 100 per Kafka transaction; seconds taken."""
+    ensure_thl_topic(AdminClient({"bootstrap.servers": bootstrap}), ThlTopicSpec(topic))
+    started = time.monotonic()
+    producer = ThlProducer(bootstrap, topic, f"bench-{topic}")
+    for i, event in enumerate(events):
+        producer.publish(event)
+        if i % 100 == 99:
+            producer.commit()
+    producer.commit()
+    producer.close()
+    return time.monotonic() - started
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a running process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def measure_group(config: Path, service: str, zk_hosts: str, group: str, tail: int,
+                  timeout: float) -> dict[str, Any]:
+    """Run one group alone until it applied ``tail``; wall and CPU seconds."""
+    log = RUN_DIR / f"{service}-{group}.log"
+    zk = connect(zk_hosts, 10)
+    nodes = ComponentNodes(zk, "/tungsten", service, f"consumers/{group}")
+    started = time.monotonic()
+    with log.open("ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "trep.runner", "-c", str(config),
+                                 "--no-extractor", "--consumer", group], cwd=ROOT,
+                                stdout=out, stderr=out)
+    try:
+        while True:
+            status = nodes.status() or {}
+            if status.get("appliedLastSeqno", -1) >= tail:
+                break
+            if status.get("state") == "OFFLINE:ERROR" or proc.poll() is not None:
+                raise SystemExit(f"{group} failed: {status}; see {log}")
+            if time.monotonic() - started > timeout:
+                raise SystemExit(f"{group} did not finish in {timeout} s; see {log}")
+            time.sleep(0.05)
+        wall = time.monotonic() - started
+        cpu = cpu_seconds(proc.pid)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        zk.stop()
+        zk.close()
+    return {"wall_seconds": round(wall, 2), "cpu_seconds": round(cpu, 2)}
+
+
+def read_back(bootstrap: str, topic: str) -> list[tuple[int, Any, Any, Any]]:
+    """(partition, key, value, headers) of every committed record of ``topic``."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-reader",
+                         "isolation.level": "read_committed", "enable.partition.eof": True,
+                         "enable.auto.commit": False})
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+        left, out = set(parts), []
+        while left:
+            msg = consumer.poll(30)
+            if msg is None:
+                raise SystemExit(f"no end of {topic}")
+            err = msg.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    raise SystemExit(err.str())
+                left.discard(msg.partition())
+                continue
+            out.append((msg.partition(), msg.key(), msg.value(), msg.headers()))
+        return out
+    finally:
+        consumer.close()
+
+
+def plain_producer(bootstrap: str, topic: str, records: list[tuple[int, Any, Any, Any]],
+                   partitions: int) -> dict[str, float]:
+    """The same records through a plain confluent-kafka producer: wall and CPU seconds."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: its futures need it alive
+    admin.create_topics([NewTopic(topic, num_partitions=partitions,
+                                  replication_factor=1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "acks": "all", "linger.ms": 5, "compression.type": "lz4",
+                         "partitioner": "murmur2_random"})
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    for _, key, value, headers in records:
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    producer.flush(120)
+    return {"wall_seconds": round(time.monotonic() - wall0, 2),
+            "cpu_seconds": round(time.process_time() - cpu0, 2)}
+
+
+def main() -> int:
+    """Run the benchmark; the JSON goes to ``--out`` and stdout."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--transactions", type=int, default=20_000)
+    parser.add_argument("--txn-rows", type=int, default=10)
+    parser.add_argument("--formats", default="avro,json")
+    parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "changes.json")
+    args = parser.parse_args()
+    bootstrap = f"127.0.0.1:{port('kafka')}"
+    zk_hosts = f"127.0.0.1:{port('zookeeper')}"
+    service = f"cbench{uuid.uuid4().hex[:6]}"
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    groups = {f"dbz_{f}": {"type": "changes", "envelope": "debezium", "format": f,
+                           "partitions": 3, "topic": f"{{service}}.{f}.{{schema}}.{{table}}",
+                           **({"schema_registry": {"url": apicurio().ccompat_url}}
+                              if f == "avro" else {})} for f in formats}
+    config = RUN_DIR / f"{service}.yml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(yaml.safe_dump({
+        "service": service, "kafka": {"bootstrap_servers": bootstrap},
+        "zookeeper": {"hosts": zk_hosts},
+        "consumers": {g: {"target": t, "block_commit_events": 100} for g, t in groups.items()},
+    }))
+    cfg = load_config(config)
+    rows = args.transactions * args.txn_rows
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        print(f"service {service}: writing {args.transactions} THL events of "
+              f"{args.txn_rows} row changes ...", flush=True)
+        fill = fill_thl(bootstrap, cfg.thl_topic, make_events(args.transactions,
+                                                              args.txn_rows, 7))
+        runs = []
+        for fmt in formats:
+            group = f"dbz_{fmt}"
+            print(f"fan-out with {group} ...", flush=True)
+            run = measure_group(config, service, zk_hosts, group, args.transactions - 1,
+                                args.timeout)
+            topic = f"{service}.{fmt}.{SCHEMA}.sbtest1"
+            records = read_back(bootstrap, topic)
+            print(f"plain producer, the same {len(records)} records ...", flush=True)
+            plain = plain_producer(bootstrap, f"{topic}.plain", records, 3)
+            runs.append({
+                "format": f"debezium/{fmt}", "row_changes": rows, "records": len(records),
+                **run,
+                "row_changes_per_second": round(rows / run["wall_seconds"]),
+                "cpu_seconds_per_million_rows": round(run["cpu_seconds"] * 1e6 / rows, 1),
+                "plain_producer": {
+                    **plain, "records_per_second": round(len(records) / plain["wall_seconds"]),
+                    "cpu_seconds_per_million_records": round(
+                        plain["cpu_seconds"] * 1e6 / len(records), 1)},
+            })
+    finally:
+        names = [t for t in admin.list_topics(timeout=30).topics
+                 if t.startswith((f"{service}.", f"thl.{service}", f"tungsten_{service}."))]
+        if names:
+            for future in admin.delete_topics(names, operation_timeout=30).values():
+                future.result(60)
+    result = {"benchmark": "changes", "transactions": args.transactions,
+              "rows_per_transaction": args.txn_rows, "thl_fill_seconds": round(fill, 2),
+              "runs": runs,
+              "note": "fan-out wall time includes consumer start-up (imports, ZooKeeper, "
+                      "Kafka, registry); records = row changes + delete tombstones; the plain "
+                      "producer writes those exact bytes, non-transactionally."}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
