@@ -42,7 +42,7 @@ from replicator.zk import connect
 from stack.services.apicurio import service as apicurio
 from stack.settings import RUN_DIR, port
 from thl_topics.admin import ThlTopicSpec, ensure_thl_topic
-from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent
+from thl_topics.event import ColumnSpec, DataItem, RowAction, RowChange, ThlEvent, ThlValue
 from thl_topics.producer import ThlProducer
 from trep.config import load_config
 
@@ -65,11 +65,11 @@ def make_events(transactions: int, txn_rows: int, seed: int) -> list[ThlEvent]:
     next_id = 1
     events = []
     for seqno in range(transactions):
-        data = []
+        data: list[DataItem] = []
         for _ in range(txn_rows):
             pick = rng.random()
             if pick < 0.80 or len(live) < 10:
-                row: list[Any] = [next_id, rng.randrange(10**6), _text(rng, 120),
+                row: list[ThlValue] = [next_id, rng.randrange(10**6), _text(rng, 120),
                                   _text(rng, 60)]
                 live.append(next_id)
                 next_id += 1
@@ -77,8 +77,8 @@ def make_events(transactions: int, txn_rows: int, seed: int) -> list[ThlEvent]:
                                       [row], []))
             elif pick < 0.95:
                 rid = rng.choice(live)
-                before = [rid, 1, "c", "pad"]
-                after = [rid, rng.randrange(10**6), _text(rng, 120), "pad"]
+                before: list[ThlValue] = [rid, 1, "c", "pad"]
+                after: list[ThlValue] = [rid, rng.randrange(10**6), _text(rng, 120), "pad"]
                 data.append(RowChange(RowAction.UPDATE, SCHEMA, "sbtest1", SPECS, SPECS,
                                       [after], [before]))
             else:
@@ -147,7 +147,7 @@ def measure_group(config: Path, service: str, zk_hosts: str, group: str, tail: i
     return {"wall_seconds": round(wall, 2), "cpu_seconds": round(cpu, 2)}
 
 
-def read_back(bootstrap: str, topic: str) -> list[tuple[int, Any, Any, Any]]:
+def read_back(bootstrap: str, topic: str) -> list[tuple[Any, Any, Any, Any]]:
     """(partition, key, value, headers) of every committed record of ``topic``."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-reader",
                          "isolation.level": "read_committed", "enable.partition.eof": True,
@@ -172,7 +172,7 @@ def read_back(bootstrap: str, topic: str) -> list[tuple[int, Any, Any, Any]]:
         consumer.close()
 
 
-def plain_producer(bootstrap: str, topic: str, records: list[tuple[int, Any, Any, Any]],
+def plain_producer(bootstrap: str, topic: str, records: list[tuple[Any, Any, Any, Any]],
                    partitions: int) -> dict[str, float]:
     """The same records through a plain confluent-kafka producer: wall and CPU seconds."""
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: its futures need it alive
