@@ -240,12 +240,10 @@ class ChangesApplier:
                                    f"not after the stored {self._expected}",
                                    seqno=position.seqno)
         crashpoints.reached("apply-before-position")
-        value = encode_position(position)
-        if self._beat is not None:
-            value = value[:-1] + (f',"heartbeat":{{"name":"{self._beat.name}",'
-                                  f'"seqno":{self._beat.seqno},'
-                                  f'"lag_millis":{self._beat.lag_millis or 0}}}}}').encode()
-            self._beat = None
+        beat, self._beat = self._beat, None
+        value = encode_position(position, None if beat is None else {
+            "name": beat.name, "seqno": beat.seqno, "lag_millis": beat.lag_millis,
+            "target_tstamp": beat.target_tstamp.isoformat()})
         self._produce(self.positions_topic, self.group.encode(), value, None, position.seqno,
                       partition=0)
         if position.offset >= 0:

@@ -26,10 +26,13 @@ _FIELDS = ("seqno", "epoch", "event_id", "source_id", "fragno", "last_frag", "sh
            "tstamp", "offset")
 
 
-def encode_position(position: Position) -> bytes:
-    """The JSON value of a position record."""
-    return json.dumps({f: getattr(position, f) for f in _FIELDS},
-                      separators=(",", ":")).encode()
+def encode_position(position: Position, heartbeat: dict[str, Any] | None = None) -> bytes:
+    """The JSON value of a position record (with the block's last heartbeat, if any: where
+    this group's lag is read)."""
+    data: dict[str, Any] = {f: getattr(position, f) for f in _FIELDS}
+    if heartbeat is not None:
+        data["heartbeat"] = heartbeat
+    return json.dumps(data, separators=(",", ":")).encode()
 
 
 def decode_position(value: bytes) -> Position:

@@ -20,9 +20,11 @@ from consumers.changes.envelopes import (
     committime,
     origin_parts,
 )
+from consumers.changes.positions import decode_position, encode_position
 from consumers.changes.serde import JsonSerde, json_text
 from consumers.changes.topics import TopicNames
 from consumers.errors import DataError
+from consumers.position import Position
 from thl_topics.event import ColumnSpec
 
 SPECS = [ColumnSpec(1, "b", "VARCHAR", charset="utf8mb4", primary_key=True),
@@ -131,3 +133,13 @@ def test_event_ids_split_into_binlog_file_offset_and_session() -> None:
     assert origin_parts("mariadb-bin.000003:0000000000001234;99") == (
         "mariadb-bin.000003", 1234, 99)
     assert origin_parts("weird") == ("weird", 0, 0)
+
+
+def test_position_records_round_trip_and_carry_the_last_heartbeat() -> None:
+    position = Position(seqno=9, epoch=2, event_id="f:1;0", source_id="s", fragno=3,
+                        shard_id="shop", tstamp=5, offset=77)
+    value = encode_position(position, {"name": 'he"ll', "seqno": 9, "lag_millis": None})
+    assert decode_position(value) == position
+    assert json.loads(value)["heartbeat"]["name"] == 'he"ll'
+    with pytest.raises(ValueError):
+        decode_position(b"[1]")

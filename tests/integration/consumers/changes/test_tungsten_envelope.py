@@ -1,0 +1,83 @@
+"""Tungsten's Kafka message (seeds/001, "Applying to Kafka") as plain JSON without Connect's
+schema block, and as Avro through the registry: the record, its metadata fields, deletes and
+tombstones, a keyless update as a DELETE and an INSERT, and the topics fold back into the
+source's rows."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from decimal import Decimal
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from consumers.changes.reader import ChangeReader, materialize
+
+from .conftest import ChangeService
+
+
+def _plain(svc: ChangeService, topic: str) -> list[tuple[bytes | None, bytes | None]]:
+    consumer = Consumer({"bootstrap.servers": svc.bootstrap, "group.id": "plain",
+                         "isolation.level": "read_committed", "enable.partition.eof": True,
+                         "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        out = []
+        while True:
+            msg = consumer.poll(30)
+            assert msg is not None
+            err = msg.error()
+            if err is not None:
+                assert err.code() == KafkaError._PARTITION_EOF, err.str()
+                return out
+            out.append((msg.key(), msg.value()))
+    finally:
+        consumer.close()
+
+
+def test_tungsten_messages_in_json_and_avro(make_service: Callable[..., ChangeService]) -> None:
+    svc = make_service({
+        "tjson": {"envelope": "tungsten", "format": "json", "json_schemas": False,
+                  "topic": "{service}.tj.{schema}.{table}"},
+        "tavro": {"envelope": "tungsten", "format": "avro",
+                  "topic": "{service}.ta.{schema}.{table}"},
+    })
+    s = svc.schema
+    svc.src(f"CREATE TABLE {s}.msg (id INT PRIMARY KEY, msg VARCHAR(40), n DECIMAL(8,3))",
+            f"CREATE TABLE {s}.loose (a INT, b VARCHAR(10))")
+    svc.start()
+    svc.src(f"INSERT INTO {s}.msg VALUES (2384751, 'Hello World', 1.5), (2, 'ü😀', NULL)")
+    svc.src(f"UPDATE {s}.msg SET msg = 'Goodbye' WHERE id = 2384751")
+    svc.src(f"DELETE FROM {s}.msg WHERE id = 2")
+    svc.src(f"INSERT INTO {s}.loose VALUES (1, 'x'), (1, 'x'), (2, NULL)")
+    svc.src(f"UPDATE {s}.loose SET b = 'y' WHERE a = 1 LIMIT 1")
+    last = svc.wait_source_applied()
+
+    records = _plain(svc, svc.topic("msg", "tjson"))
+    keys = [json.loads(k) for k, _ in records if k is not None]
+    values = [json.loads(v, parse_float=Decimal) if v else None for _, v in records]
+    assert keys[0] == {"id": 2384751}
+    first = values[0]
+    assert first is not None
+    assert set(first) == {"record", "_optype", "_seqno", "_committime", "_source_schema",
+                          "_source_table"}
+    assert first["record"] == {"id": 2384751, "msg": "Hello World", "n": Decimal("1.500")}
+    assert (first["_optype"], first["_source_schema"], first["_source_table"]) == (
+        "INSERT", s, "msg")
+    assert first["_committime"][:2] == "20" and first["_seqno"] < last
+    ops = [v["_optype"] if v else None for v in values]
+    assert ops == ["INSERT", "INSERT", "UPDATE", "DELETE", None]  # a tombstone closes
+    assert values[2]["record"]["msg"] == "Goodbye"  # type: ignore[index]
+    assert values[3]["record"] == {"id": 2, "msg": "ü😀", "n": None}  # type: ignore[index]
+
+    loose = [json.loads(v) for _, v in _plain(svc, svc.topic("loose", "tjson")) if v]
+    assert [v["_optype"] for v in loose] == ["INSERT"] * 3 + ["DELETE", "INSERT"]
+    assert loose[3]["record"] == {"a": 1, "b": "x"} and loose[4]["record"] == {"a": 1, "b": "y"}
+
+    reader = ChangeReader(svc.bootstrap, svc.registry_url)
+    for group in ("tjson", "tavro"):
+        rows = materialize(reader.records([svc.topic("msg", group)]), True)
+        assert rows == [{"id": 2384751, "msg": "Goodbye", "n": Decimal("1.500")}], group
+        rows = materialize(reader.records([svc.topic("loose", group)]), False)
+        assert sorted(rows, key=repr) == sorted(
+            [{"a": 1, "b": "y"}, {"a": 1, "b": "x"}, {"a": 2, "b": None}], key=repr), group
