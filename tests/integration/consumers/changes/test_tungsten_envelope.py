@@ -22,7 +22,7 @@ def _plain(svc: ChangeService, topic: str) -> list[tuple[bytes | None, bytes | N
                          "enable.auto.commit": False})
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
-        out = []
+        out: list[tuple[bytes | None, bytes | None]] = []
         while True:
             msg = consumer.poll(30)
             assert msg is not None
