@@ -49,6 +49,7 @@ from consumers.changes.types import Value
 from consumers.errors import ConsumerError, DataError, PositionConflict, TransientError
 from consumers.heartbeat import Heartbeat
 from consumers.position import Position
+from consumers.provisioning import chunk_of
 from consumers.registry import ApplierContext
 from replicator import crashpoints
 from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent, ThlValue
@@ -222,9 +223,11 @@ class ChangesApplier:
                         gtid=event.metadata.get("gtid"), file=file, pos=pos, thread=thread,
                         txn_id=self._txn_id)
         now_us = time.time_ns() // 1000
+        # A provisioned chunk's rows are reads of existing rows: Debezium's snapshot op.
+        create: Op = "r" if chunk_of(event) is not None else "c"
         for item in event.data:
             if isinstance(item, RowChange):
-                self._rows(item, origin, now_us)
+                self._rows(item, origin, now_us, create)
         self._poll()
 
     def heartbeat(self, beat: Heartbeat) -> None:
@@ -323,7 +326,8 @@ class ChangesApplier:
             raise TransientError(f"{self.target}: not connected")
         self._topics.ensure(topic, keyed=keyed, seqno=seqno)
 
-    def _rows(self, change: RowChange, origin: Origin, now_us: int) -> None:
+    def _rows(self, change: RowChange, origin: Origin, now_us: int, create: Op = "c"
+              ) -> None:
         specs = change.column_specs or change.key_specs
         table = self._table(change, specs, origin.seqno)
         shape = table.shape
@@ -338,7 +342,7 @@ class ChangesApplier:
                 if change.key_values else None
             if change.action is RowAction.INSERT:
                 steps: list[tuple[Op, list[Value] | None, list[Value] | None]] = \
-                    [("c", None, after)]
+                    [(create, None, after)]
             elif change.action is RowAction.DELETE:
                 steps = [("d", before, None)]
             elif before is not None and after is not None and (any(

@@ -11,7 +11,7 @@ Spark jobs written for Debezium read)::
      "source": {"version", "connector": "tungsten", "name", "ts_ms", "snapshot", "db",
                 "table", "server_id", "gtid", "file", "pos", "row", "thread",
                 "seqno", "epoch", "event_id", ...},
-     "op": "c" | "u" | "d", "ts_ms", "ts_us", "ts_ns",
+     "op": "c" | "u" | "d" | "r", "ts_ms", "ts_us", "ts_ns",
      "transaction": {"id", "total_order", "data_collection_order"}}
 
 Tungsten (seeds/001, "Applying to Kafka")::
@@ -20,7 +20,9 @@ Tungsten (seeds/001, "Applying to Kafka")::
      "_source_schema", "_source_table"}
 
 A key change is a delete of the old key (then its tombstone) and a create of the new one, as
-Debezium does; ``op: r`` (snapshot reads) never occurs: the THL has no snapshots.
+Debezium does. Rows of a provisioned chunk (``trepctl provision``: a table's existing rows
+read through the THL) are ``op: r`` with ``source.snapshot: "true"``, as Debezium's snapshot
+reads; Tungsten's envelope calls them INSERT.
 """
 
 from __future__ import annotations
@@ -159,8 +161,8 @@ def committime(tstamp: int) -> str:
         ".0" if not when.microsecond else "")
 
 
-Op = Literal["c", "u", "d"]
-_OPTYPE = {"c": "INSERT", "u": "UPDATE", "d": "DELETE"}
+Op = Literal["c", "u", "d", "r"]
+_OPTYPE = {"c": "INSERT", "u": "UPDATE", "d": "DELETE", "r": "INSERT"}
 
 
 class DebeziumEnvelope:
@@ -180,7 +182,8 @@ class DebeziumEnvelope:
             "before": before, "after": after,
             "source": {
                 "version": VERSION, "connector": "tungsten", "name": self.server_name,
-                "ts_ms": ts_ms, "snapshot": "false", "db": shape.schema, "sequence": None,
+                "ts_ms": ts_ms, "snapshot": "true" if op == "r" else "false",
+                "db": shape.schema, "sequence": None,
                 "ts_us": origin.tstamp, "ts_ns": origin.tstamp * 1000, "table": shape.table,
                 "server_id": origin.server_id, "gtid": origin.gtid, "file": origin.file,
                 "pos": origin.pos, "row": row, "thread": origin.thread, "query": None,

@@ -35,7 +35,8 @@ FieldTypes = dict[str, tuple[str, str | None, dict[str, str]]]
 
 @dataclass(frozen=True)
 class Change:
-    """One record of a change topic, decoded (``op`` None: a tombstone)."""
+    """One record of a change topic, decoded (``op`` None: a tombstone; ``r``: a provisioned
+    row, read like a create)."""
 
     topic: str
     partition: int

@@ -94,6 +94,9 @@ def test_debezium_envelope_round_trips_through_its_avro_schema() -> None:
     assert datum["transaction"] == {"id": "0-1-9", "total_order": 3,
                                     "data_collection_order": 1}
     assert env.value_avro(shape)["connect.name"] == "svc.shop.items.Envelope"
+    read = env.value(shape, "r", None, row, ORIGIN, 0, 0, 0, 0)
+    assert (read["op"], read["source"]["snapshot"], datum["source"]["snapshot"]) == (
+        "r", "true", "false")
 
 
 def test_tungsten_envelope_is_the_seeds_message() -> None:
