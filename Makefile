@@ -51,6 +51,8 @@ bench: $(STAMP)
 	$(PY) bench/elasticsearch_bench.py
 	$(PY) -m stack up apicurio
 	$(PY) bench/changes_bench.py
+	$(PY) -m stack up zookeeper kafka mariadb-source mariadb-target
+	$(PY) bench/ops_bench.py
 
 stack-up: $(STAMP)
 	$(PY) -m stack up

@@ -91,6 +91,10 @@ class Capabilities:
     #: The applier commits the group's Kafka offsets itself (inside its own transaction);
     #: otherwise the runtime commits them after each block, for lag tools only.
     owns_offsets: bool = False
+    #: The applier takes part in consistency checks (``consumers.check.CheckingApplier``:
+    #: it reads a key range back as THL values and records results); otherwise a check
+    #: is reported unsupported for its group.
+    checks: bool = False
 
 
 class Applier(Protocol):

@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from kazoo.exceptions import KazooException
 from tenacity import (
@@ -44,6 +44,7 @@ from tenacity import (
 )
 
 from consumers.applier import Applier, BlockLimits, StatementPolicy
+from consumers.check import CheckingApplier, CheckRange, CheckResult, check_of, now_text
 from consumers.config import GroupConfig
 from consumers.errors import (
     ConsumerError,
@@ -65,8 +66,10 @@ from replicator.filters import FilterError, ReplicateFilter, build_chain
 from replicator.sql_names import is_transactional
 from replicator.state import State, Status
 from replicator.zk import ServiceNodes, ZkHealth, ZkPosition
+from thl_topics.checksum import range_digest
 from thl_topics.event import DataItem, RowChange, Statement, ThlEvent
 from thl_topics.reader import ThlRecord
+from thl_topics.records import META_CHECK
 
 log = logging.getLogger(__name__)
 
@@ -571,7 +574,10 @@ class ConsumerRuntime:
         return False
 
     def _isolates(self, event: ThlEvent) -> bool:
-        """A statement the target commits by itself (DDL) is applied in a block of its own."""
+        """A statement the target commits by itself (DDL) is applied in a block of its own,
+        and so is a check: it must see every earlier seqno committed."""
+        if META_CHECK in event.metadata:
+            return True
         return self.capabilities.statements is StatementPolicy.APPLY and any(
             isinstance(item, Statement) and not is_transactional(item.sql)
             for item in event.data)
@@ -680,6 +686,10 @@ class ConsumerRuntime:
 
     def _apply(self, event: ThlEvent) -> None:
         """One fragment into the open block, with the seqno on any error it raises."""
+        check = check_of(event)
+        if check is not None:
+            self._check(check, event)
+            return
         try:
             prepared, beats = self._prepare(event)
             if prepared.data:
@@ -690,6 +700,42 @@ class ConsumerRuntime:
             if exc.seqno < 0:
                 exc.seqno, exc.event_id = event.seqno, event.event_id
             raise
+
+    def _check(self, check: CheckRange, event: ThlEvent) -> None:
+        """Compare the target's rows of a checked range with the source's, record both."""
+        if not self.filter.keeps(check.schema, check.table):
+            return
+        if not self.capabilities.checks:
+            self._publish_check({"request": check.request, "schema": check.schema,
+                                 "table": check.table, "range": check.range,
+                                 "unsupported": True})
+            return
+        applier = cast(CheckingApplier, self.applier)
+        try:
+            count, digest = range_digest(check.specs, applier.read_range(check))
+            result = CheckResult(
+                request=check.request, schema=check.schema, table=check.table,
+                range=check.range, limit=check.limit, lo=check.lo, hi=check.hi,
+                source_count=check.count, source_digest=check.digest, target_count=count,
+                target_digest=digest, method=check.method, seqno=event.seqno,
+                checked_at=now_text())
+            applier.record_check(result)
+        except ConsumerError as exc:
+            if exc.seqno < 0:
+                exc.seqno, exc.event_id = event.seqno, event.event_id
+            raise
+        if not result.equal:
+            log.warning("%s: check %s: %s.%s range %d differs: source %d rows %s, target %d "
+                        "rows %s", self.name, check.request, check.schema, check.table,
+                        check.range, check.count, check.digest[:12], count, digest[:12])
+        self._publish_check(result.to_json())
+
+    def _publish_check(self, result: dict[str, Any]) -> None:
+        """Mirror a check result to ZooKeeper for ``trepctl check -status`` (best effort)."""
+        try:
+            self.control.record_check(result)
+        except KazooException as exc:
+            log.warning("%s: check result not mirrored to ZooKeeper: %s", self.name, exc)
 
     def _committed(self, block: _Block, feed: ThlFeed) -> None:
         last = block.positions[-1]

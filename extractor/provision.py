@@ -27,7 +27,6 @@ seqno and resumes at the next chunk, so a chunk is never published twice. The re
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import time
@@ -44,23 +43,13 @@ from extractor.snapshot import SourceTable, chunk_query, describe, quote
 from extractor.transactions import BinlogPosition, TransactionAssembler
 from replicator.config import ServiceSettings
 from replicator.filters import ItemFilter
-from replicator.provision_request import ProvisionRequest, read_request, write_request
+from replicator.requests import ProvisionRequest, read_request, write_request
 from thl_topics.event import RowAction, RowChange, Statement, ThlValue
 from thl_topics.reader import ThlReader
-from thl_topics.records import HEADER_PROVISION
+from thl_topics.records import HEADER_PROVISION, decode_key, encode_key
 from thl_topics.values import from_thl
 
 log = logging.getLogger(__name__)
-
-
-def encode_key(values: list[ThlValue]) -> list[Any]:
-    """A key as JSON (bytes tagged), for chunk metadata."""
-    return [{"b64": base64.b64encode(v).decode()} if isinstance(v, bytes) else v
-            for v in values]
-
-
-def decode_key(values: list[Any]) -> list[ThlValue]:
-    return [base64.b64decode(v["b64"]) if isinstance(v, dict) else v for v in values]
 
 
 @dataclass

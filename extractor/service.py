@@ -36,6 +36,7 @@ from tenacity import (
 )
 
 from extractor import binlog_fixes
+from extractor.check import Checker
 from extractor.config import ExtractorConfig
 from extractor.errors import (
     BinlogPurgedError,
@@ -108,6 +109,8 @@ class Extractor:
         self.retention: Retention | None = None
         #: Provisioning of the current lead (replaced on every lead).
         self.provisioner: Provisioner | None = None
+        #: Consistency checks of the current lead.
+        self.checker: Checker | None = None
 
     def stop(self) -> None:
         """Ask the extractor to stop at the next transaction boundary."""
@@ -265,6 +268,8 @@ class Extractor:
                     self.provisioner = Provisioner(cfg, self.cfg, nodes.client,
                                                    self._filters(), self._source_connection)
                     self.provisioner.resume(reader, start.next_seqno, start.origin == "new")
+                    self.checker = Checker(cfg, nodes.client, self._filters(),
+                                           self._source_connection)
                 self._stream(start, producer, engine, nodes)
             finally:
                 try:
@@ -398,7 +403,11 @@ class Extractor:
             stream.close()
 
     def _provision(self, position: BinlogPosition, assembler: TransactionAssembler) -> None:
-        """Between transactions: take up a provisioning request, emit its due chunks."""
+        """Between transactions: take up provisioning and check requests, emit their due
+        chunks and ranges."""
+        if self.checker is not None:
+            self.checker.poll()
+            self.checker.step(position, assembler)
         prov = self.provisioner
         if prov is None:
             return

@@ -234,12 +234,13 @@ class TransactionAssembler:
         self._open = None
 
     def snapshot(self, items: list[DataItem], position: BinlogPosition, tag: str,
-                 marks: str) -> None:
+                 marks: str, key: str = META_PROVISION) -> None:
         """Emit provisioned rows (and the DDL that makes their table) as one transaction,
         fragmented like any other, at ``position``: the binlog point the rows were read at.
 
         ``tag`` makes the event id unique (the binlog position is the one of the transaction
-        before); ``marks`` is the ``provision`` metadata (JSON) that targets act on.
+        before); ``marks`` is the metadata ``key`` (``provision``, ``check``: JSON) that
+        targets act on.
         """
         if self._open is not None:
             raise RuntimeError("a snapshot can only be emitted between transactions")
@@ -264,7 +265,7 @@ class TransactionAssembler:
         for i, data in enumerate(fragments):
             txn.items = data
             self._flush(txn, position, last_frag=i == len(fragments) - 1, event_id=event_id,
-                        extra={META_PROVISION: marks})
+                        extra={key: marks})
 
     def _flush(self, txn: _Open, position: BinlogPosition, *, last_frag: bool,
                event_id: str | None = None, extra: dict[str, str] | None = None) -> None:

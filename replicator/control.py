@@ -165,6 +165,42 @@ class ComponentNodes:
             except (NodeExistsError, _BadVersion):
                 continue
 
+    def record_check(self, result: dict[str, Any]) -> None:
+        """Add one check result (a range of a table) to the component's ``check`` node,
+        which holds the results of the latest check request."""
+        path = f"{self.path}/check"
+        while True:
+            try:
+                data, stat = zk_call(self.client, self.client.get_async, path)
+                version = stat.version
+            except NoNodeError:
+                data, version = b"", -1
+            current = json.loads(data) if data else {}
+            if current.get("request") != result["request"]:
+                current = {"request": result["request"], "results": {}}
+            name = f"{result['schema']}.{result['table']}"
+            current["results"].setdefault(name, {})[str(result["range"])] = result
+            payload = json.dumps(current).encode()
+            try:
+                if version < 0:
+                    zk_call(self.client, self.client.create_async, path, payload,
+                            makepath=True)
+                else:
+                    zk_call(self.client, self.client.set_async, path, payload,
+                            version=version)
+                return
+            except (NodeExistsError, _BadVersion):
+                continue
+
+    def checks(self) -> dict[str, Any] | None:
+        """The results of the latest check request, as ``record_check`` keeps them."""
+        try:
+            data, _ = zk_call(self.client, self.client.get_async, f"{self.path}/check")
+        except NoNodeError:
+            return None
+        found: dict[str, Any] = json.loads(data)
+        return found
+
     def status(self) -> dict[str, Any] | None:
         try:
             data, _ = zk_call(self.client, self.client.get_async, f"{self.path}/status")

@@ -6,10 +6,12 @@ re-published duplicate, and it sorts in seqno order as plain text in any Kafka t
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from thl_topics.event import ThlEvent
+from thl_topics.event import ThlEvent, ThlValue
 
 HEADER_EPOCH = "epoch"
 HEADER_FINGERPRINT = "schema_fingerprint"
@@ -19,6 +21,9 @@ META_PROVISION = HEADER_PROVISION = "provision"
 #: Event metadata of a binlog transaction touching tables being provisioned (JSON list of
 #: [schema, table]).
 META_PROVISIONING = "provisioning"
+#: Event metadata of a consistency check: a row range's count and digest on the source at
+#: this point of the THL (JSON: request id, table, range, key bounds, columns, digest).
+META_CHECK = "check"
 
 
 def record_key(seqno: int, fragno: int) -> bytes:
@@ -72,3 +77,14 @@ class RecordHeaders:
         return cls(int(h[HEADER_EPOCH]), int(h["seqno"]), int(h["fragno"]),
                    h["last_frag"] == "true", h["source_id"], h["event_id"],
                    h[HEADER_FINGERPRINT])
+
+
+def encode_key(values: list[ThlValue]) -> list[Any]:
+    """Key values (THL values) in JSON, bytes tagged: how check and chunk marks carry keys."""
+    return [{"b64": base64.b64encode(v).decode()} if isinstance(v, bytes) else v
+            for v in values]
+
+
+def decode_key(values: list[Any]) -> list[ThlValue]:
+    """The key values ``encode_key`` wrote."""
+    return [base64.b64decode(v["b64"]) if isinstance(v, dict) else v for v in values]

@@ -22,7 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from replicator.control import ComponentNodes, Desired, consumer_groups, parse_seqno_ranges
 from replicator.control import services as list_services
-from replicator.provision_request import ProvisionRequest, read_request, write_request
+from replicator.requests import CheckRequest, ProvisionRequest, read_request, write_request
 from replicator.source import source_engine
 from replicator.state import State
 from replicator.tracking import CommitSeqnoTable, tracking_metadata
@@ -314,6 +314,117 @@ def _follow(ctx: Ctx, request_id: str, timeout: float) -> None:
                       f"({req.rows_done}/{req.rows_total} rows)")
             time.sleep(0.5)
     click.echo(f"provisioning {request_id} done: {req.message}")
+
+
+@cli.command()
+@click.argument("tables", nargs=-1)
+@click.option("-limit", "--limit", type=int, default=10_000, show_default=True,
+              help="Rows per checked range.")
+@click.option("-status", "--status", "show", is_flag=True,
+              help="Show the results of the latest check, per group and table.")
+@click.option("--no-wait", is_flag=True, help="Ask and return.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable -status output.")
+@click.option("-timeout", "--timeout", type=float, default=600.0, show_default=True,
+              help="Seconds to wait for every group's results.")
+@click.pass_obj
+def check(ctx: Ctx, tables: tuple[str, ...], limit: int, show: bool, no_wait: bool,
+          as_json: bool, timeout: float) -> None:
+    """Compare row ranges of tables (schema.table ...; default: every replicated one) on the
+    source and on every consumer group's target, at the same point of the THL."""
+    if show:
+        _check_status(ctx, as_json)
+        return
+    pairs = []
+    for name in tables:
+        schema, dot, table = name.partition(".")
+        if not dot or not schema or not table:
+            _fail(f"{name!r}: use schema.table", 2)
+        pairs.append([schema, table])
+    if limit < 1:
+        _fail("-limit must be 1 or more", 2)
+    current = read_request(ctx.zk, ctx.cfg, CheckRequest)
+    if current is not None and current.state in ("requested", "running"):
+        _fail(f"check {current.id} is {current.state} already; wait for it to finish")
+    request = CheckRequest(tables=pairs, limit=limit)
+    write_request(ctx.zk, ctx.cfg, request)
+    click.echo(f"check {request.id} requested")
+    if no_wait:
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        report = _check_report(ctx)
+        req = read_request(ctx.zk, ctx.cfg, CheckRequest)
+        if req is None or req.id != request.id:
+            _fail(f"check {request.id} was replaced")
+            return
+        if req.state == "failed":
+            _fail(f"check {req.id} failed: {req.message}")
+        if req.state == "done" and not any(t["state"] == "pending" for g in report.values()
+                                            for t in g.values()):
+            break
+        if time.monotonic() > deadline:
+            _print_check(report)
+            _fail(f"check {req.id}: not every group reported within {timeout} s")
+        time.sleep(0.5)
+    _print_check(report)
+    if any(t["state"] == "different" for g in report.values() for t in g.values()):
+        sys.exit(3)
+
+
+def _check_report(ctx: Ctx) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per group and table: equal, different (with the key ranges), pending or unsupported."""
+    req = read_request(ctx.zk, ctx.cfg, CheckRequest)
+    if req is None:
+        _fail("no check was ever requested")
+        return {}
+    report: dict[str, dict[str, dict[str, Any]]] = {}
+    for group in ctx.groups(None):
+        found = ctx.nodes(f"consumers/{group}").checks() or {}
+        results = found.get("results", {}) if found.get("request") == req.id else {}
+        tables: dict[str, dict[str, Any]] = {}
+        for schema, table in req.resolved:
+            name = f"{schema}.{table}"
+            got = results.get(name, {})
+            expected = req.ranges.get(name, 0)
+            if any(r.get("unsupported") for r in got.values()):
+                tables[name] = {"state": "unsupported"}
+            elif req.state != "done" or len(got) < expected or expected == 0:
+                tables[name] = {"state": "pending", "ranges": f"{len(got)}/{expected}"}
+            else:
+                bad = [r for r in got.values() if not r["equal"]]
+                tables[name] = {"state": "different" if bad else "equal",
+                                "ranges": expected,
+                                "rows": sum(r["source_count"] for r in got.values()),
+                                "different": [{"range": r["range"], "after_key": r["lo"],
+                                               "up_to_key": r["hi"],
+                                               "source_rows": r["source_count"],
+                                               "target_rows": r["target_count"]}
+                                              for r in sorted(bad, key=lambda r: r["range"])]}
+        report[group] = tables
+    return report
+
+
+def _print_check(report: dict[str, dict[str, dict[str, Any]]]) -> None:
+    for group, tables in report.items():
+        for name, result in tables.items():
+            line = f"{group:<16} {name:<40} {result['state']}"
+            if result["state"] == "equal":
+                line += f" ({result['rows']} rows, {result['ranges']} range(s))"
+            elif result["state"] == "pending":
+                line += f" ({result['ranges']} ranges)"
+            click.echo(line)
+            for bad in result.get("different", []):
+                click.echo(f"    range {bad['range']}: keys after {bad['after_key']} up to "
+                           f"{bad['up_to_key']}: source {bad['source_rows']} rows, target "
+                           f"{bad['target_rows']} rows")
+
+
+def _check_status(ctx: Ctx, as_json: bool) -> None:
+    report = _check_report(ctx)
+    if as_json:
+        click.echo(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        _print_check(report)
 
 
 @cli.command()

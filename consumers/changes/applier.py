@@ -20,9 +20,10 @@ republishes from N: records carry the seqno (``source.seqno`` / ``_seqno`` and t
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,12 +47,14 @@ from consumers.changes.positions import encode_position, read_position
 from consumers.changes.serde import AvroSerde, JsonSerde, Serde, Writer
 from consumers.changes.topics import TopicAdmin, TopicNames
 from consumers.changes.types import Value
+from consumers.check import CheckRange, CheckResult
 from consumers.errors import ConsumerError, DataError, PositionConflict, TransientError
 from consumers.heartbeat import Heartbeat
 from consumers.position import Position
 from consumers.provisioning import chunk_of
 from consumers.registry import ApplierContext
 from replicator import crashpoints
+from thl_topics.checksum import thl_value_of
 from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent, ThlValue
 
 log = logging.getLogger(__name__)
@@ -96,7 +99,8 @@ class ChangesApplier:
         self.group_id = ctx.service.group_id(ctx.group)
         self.capabilities = Capabilities(
             atomicity=Atomicity.TRANSACTIONAL, statements=StatementPolicy.SKIP,
-            keyless_tables=True, block=BlockLimits(events=100, ms=500), owns_offsets=True)
+            keyless_tables=True, block=BlockLimits(events=100, ms=500), owns_offsets=True,
+            checks=True)
         self.envelope: Envelope = (DebeziumEnvelope(cfg.server_name or self.service)
                                    if cfg.envelope == "debezium" else TungstenEnvelope())
         self.serde: Serde = (AvroSerde(self.envelope, cfg.schema_registry)
@@ -233,6 +237,32 @@ class ChangesApplier:
     def heartbeat(self, beat: Heartbeat) -> None:
         # Kept with the position record of this block: where the group's lag is read.
         self._beat = beat
+
+    def read_range(self, check: CheckRange) -> Iterator[list[ThlValue]]:
+        """The rows a data team would fold the table's topic into, in a checked key range,
+        as THL values (consumers.check). Reads the whole topic: a check of change topics
+        costs what a full materialization costs."""
+        from consumers.changes.reader import ChangeReader, materialize
+
+        topic = self.names.topic(check.schema, check.table, -1)
+        admin = AdminClient(self.kafka)
+        if topic not in admin.list_topics(timeout=30).topics:
+            return
+        registry = self.cfg.schema_registry.url if self.cfg.schema_registry else None
+        reader = ChangeReader(str(self.kafka["bootstrap.servers"]), registry)
+        names = [c.name for c in check.specs]
+        for row in materialize(reader.records([topic]), bool(check.key)):
+            values = [thl_value_of(spec, row.get(spec.name)) for spec in check.specs]
+            if check.key and not check.contains([values[names.index(k)] for k in check.key]):
+                continue
+            yield values
+
+    def record_check(self, result: CheckResult) -> None:
+        """The result as a record of the group's positions topic (key ``check:<table>:
+        <range>``, in the block's transaction; the position reader skips other keys)."""
+        key = f"check:{result.schema}.{result.table}:{result.range}".encode()
+        self._produce(self.positions_topic, key, json.dumps(result.to_json()).encode(), None,
+                      result.seqno, partition=0)
 
     def commit(self, position: Position) -> None:
         """Position and offsets into the open transaction, then commit it."""

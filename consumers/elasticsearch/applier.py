@@ -56,12 +56,14 @@ import datetime as dt
 import json
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from elasticsearch import ApiError, Elasticsearch, TransportError
+from elasticsearch import ApiError, Elasticsearch, TransportError, helpers
 
 from consumers.applier import Atomicity, BlockLimits, Capabilities, StatementPolicy
+from consumers.check import CheckRange, CheckResult
 from consumers.elasticsearch.config import ElasticsearchTarget
 from consumers.elasticsearch.errors import (
     Outcome,
@@ -83,9 +85,11 @@ from consumers.elasticsearch.types import Features, JsonValue, RowEncoder, field
 from consumers.errors import DataError, PositionConflict, TransientError
 from consumers.heartbeat import Heartbeat
 from consumers.position import Position
+from consumers.provisioning import chunk_of
 from consumers.registry import ApplierContext
 from replicator import crashpoints
-from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent
+from thl_topics.checksum import thl_value_of
+from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent, ThlValue
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +117,8 @@ TRACKING_MAPPING: dict[str, Any] = {"dynamic": "strict", "properties": {
     "extract_timestamp": {"type": "date"}, "id": {"type": "long"},
     "source_tstamp": {"type": "date"}, "target_tstamp": {"type": "date"},
     "lag_millis": {"type": "long"}, "salt": {"type": "long"}, "name": {"type": "keyword"},
+    # A consistency check's result, kept as it is (not searched).
+    "check": {"type": "object", "enabled": False},
 }}
 #: Only what classification needs comes back from a bulk request.
 _BULK_FILTER = "errors,items.*.status,items.*.error"
@@ -196,7 +202,7 @@ class ElasticsearchApplier:
             atomicity=Atomicity.SEQNO_GUARDED, statements=StatementPolicy.SKIP,
             keyless_tables=True,
             # Bulk requests want thousands of documents; the position write is per block.
-            block=BlockLimits(events=500, rows=10_000, ms=1000))
+            block=BlockLimits(events=500, rows=10_000, ms=1000), checks=True)
         self.features = Features()
         self._es: Elasticsearch | None = None
         self._tables: dict[tuple[str, str], _Table] = {}
@@ -267,6 +273,9 @@ class ElasticsearchApplier:
         except ApiError as exc:
             if _error_kind(exc) != "resource_already_exists_exception":
                 raise
+            # An index made by an earlier version: add the fields it lacks (a no-op else).
+            self.es.indices.put_mapping(index=self.tracking_index,
+                                        properties=TRACKING_MAPPING["properties"])
         self._wait_for_primary(self.tracking_index)
 
     def _wait_for_primary(self, index: str) -> None:
@@ -342,6 +351,45 @@ class ElasticsearchApplier:
         action = {"index": {"_index": self.tracking_index,
                             "_id": f"heartbeat:{self.group}:{beat.id}"}}
         self._beats.append(_dumps(action) + b"\n" + _dumps(doc) + b"\n")
+
+    def read_range(self, check: CheckRange) -> Iterator[list[ThlValue]]:
+        """The documents of a checked key range, as the source rows they stand for, in THL
+        values (consumers.check): the index's mapping says how each field decodes."""
+        self._flush()
+        try:
+            alias = index_name(self.cfg.index, self.service, check.schema, check.table,
+                               self.cfg.indices,
+                               reserve=len(TOMBSTONE_SUFFIX) if self.tombstones else 0)
+        except IndexNameError as exc:
+            raise DataError(f"{self.target}: {exc}") from exc
+        # The reader decodes with this module's constants: imported here, not at the top.
+        from consumers.elasticsearch.reader import read_rows
+        try:
+            if not self.es.indices.exists(index=alias):
+                return
+            for row in read_rows(self.es, alias):
+                values = [thl_value_of(spec, row.get(spec.name)) for spec in check.specs]
+                if check.key:
+                    names = [c.name for c in check.specs]
+                    if not check.contains([values[names.index(k)] for k in check.key]):
+                        continue
+                yield values
+        except (ApiError, TransportError) as exc:
+            raise TransientError(f"{self.target}: reading {alias} for a check: {exc}") from exc
+
+    def record_check(self, result: CheckResult) -> None:
+        """A ``check`` document in the tracking index, per table and range."""
+        doc = {"kind": "check", "group": self.group, "seqno": result.seqno,
+               "check": result.to_json()}
+        try:
+            self.es.index(index=self.tracking_index, document=doc,
+                          id=f"check:{self.group}:{result.schema}.{result.table}:"
+                             f"{result.range}")
+        except ApiError as exc:
+            kind = TransientError if exc.meta.status in (429, 503) else DataError
+            raise kind(f"{self.target}: recording a check: {exc}") from exc
+        except TransportError as exc:
+            raise TransientError(f"{self.target}: recording a check: {exc}") from exc
 
     def commit(self, position: Position) -> None:
         self._flush()
@@ -563,6 +611,10 @@ class ElasticsearchApplier:
             if layout is not None and layout not in table.layouts:
                 self._update_mapping(table, layout_specs, event.seqno)
         extra = self._extra(change.schema, change.table, event.seqno, event.tstamp)
+        chunk = chunk_of(event)
+        if chunk is not None and chunk.first and event.fragno == 0 and \
+                (chunk.schema, chunk.table) == (change.schema, change.table):
+            self._clear(table, event, extra, keyed=any(s.primary_key for s in specs))
         after = self._encoder(table, change.column_specs, after_layout) \
             if after_layout is not None else None
         before = self._encoder(table, change.key_specs, before_layout) \
@@ -593,6 +645,32 @@ class ElasticsearchApplier:
                     doc.update(extra)
                 self._put(table, new_id, event.seqno, table.index_prefix, _dumps(doc),
                           version, "index")
+
+    def _clear(self, table: _Table, event: ThlEvent, extra: dict[str, Any],
+               keyed: bool) -> None:
+        """A table's first provisioned chunk: every document it has goes (versioned with
+        this seqno, so the chunk's own rows, written after, win on their ids)."""
+        self._flush()
+        try:
+            if not self.es.indices.exists(index=table.index):
+                return
+            self.es.indices.refresh(index=table.index)
+            ids = [hit["_id"] for hit in helpers.scan(
+                self.es, index=table.index, query={"query": {"match_all": {}}}, size=1000,
+                _source=False)]
+        except (ApiError, TransportError) as exc:
+            raise TransientError(f"{self.target}: listing {table.index} to provision it: "
+                                 f"{exc}") from exc
+        if ids and not keyed:
+            raise DataError(
+                f"{self.target}: {table.schema}.{table.table} has no key and its index "
+                f"{table.index} holds documents: re-provisioning it cannot be made replay-safe "
+                "document by document; delete the index, then provision again",
+                seqno=event.seqno)
+        version = (b',"version":' + str(event.seqno).encode() + b',"version_type":'
+                   + self._version_type + b"}}\n")
+        for doc_id in ids:
+            self._delete(table, doc_id, event, version, {}, extra)
 
     def _extra(self, schema: str, table: str, seqno: int, tstamp: int) -> dict[str, Any]:
         """The optional document fields (``document_fields``) of a row of this seqno."""

@@ -16,7 +16,7 @@ import datetime as dt
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
 from consumers.applier import Atomicity, BlockLimits, Capabilities, StatementPolicy
+from consumers.check import CheckRange, CheckResult
 from consumers.errors import DataError, PositionConflict, TransientError
 from consumers.heartbeat import Heartbeat
 from consumers.position import Position
@@ -38,7 +39,7 @@ from consumers.sql.errors import (
     mysql_code,
 )
 from consumers.sql.statements import RowStatements, TargetTable, bind_rows, statement_for
-from consumers.sql.types import UnmappedType, ValueRefused, adapt_row, policy_for
+from consumers.sql.types import UnmappedType, ValueRefused, adapt, adapt_row, policy_for
 from replicator import crashpoints
 from replicator.sql_names import is_database_statement, is_transactional
 from replicator.tracking import (
@@ -48,7 +49,9 @@ from replicator.tracking import (
     audit_table,
     tracking_metadata,
 )
-from thl_topics.event import ColumnSpec, RowAction, RowChange, Statement, ThlEvent
+from thl_topics.checksum import thl_value_of
+from thl_topics.event import ColumnSpec, RowAction, RowChange, Statement, ThlEvent, ThlValue
+from thl_topics.values import from_thl
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +94,9 @@ class SqlApplier:
         self.dialect = self.url.get_backend_name()
         self.tracking_schema = ctx.tracking_schema
         self.tracking = CommitSeqnoTable(self.tracking_schema)
-        self.heartbeat_table = tracking_metadata(self.tracking_schema).tables[
-            f"{self.tracking_schema}.{_HEARTBEAT}"]
+        tracking = tracking_metadata(self.tracking_schema)
+        self.heartbeat_table = tracking.tables[f"{self.tracking_schema}.{_HEARTBEAT}"]
+        self.consistency_table = tracking.tables[f"{self.tracking_schema}.consistency"]
         self.audit = audit_table(self.tracking_schema) if cfg.audit_seqnos else None
         self.create_tables = self.dialect in _CREATES if cfg.create_tables is None \
             else cfg.create_tables
@@ -117,7 +121,7 @@ class SqlApplier:
                 self.metrics.values_changed("nul_character", 0)
         self.capabilities = Capabilities(
             atomicity=Atomicity.TRANSACTIONAL, statements=StatementPolicy(statements),
-            keyless_tables=True, block=BlockLimits(events=10, ms=500))
+            keyless_tables=True, block=BlockLimits(events=10, ms=500), checks=True)
         self.builder = RowStatements(self.dialect)
         self._engine: sa.Engine | None = None
         self._conn: sa.Connection | None = None
@@ -261,6 +265,58 @@ class SqlApplier:
                 self._db.execute(sa.insert(t).values(values))
         except sa_exc.DBAPIError as exc:
             raise self._classify(exc, "recording a heartbeat") from exc
+
+    def read_range(self, check: CheckRange) -> Iterator[list[ThlValue]]:
+        """The rows of a checked key range, as THL values (consumers.check)."""
+        self._flush()
+        target = self._reflect(check.schema, check.table)
+        if target is None:
+            return  # no table: no rows (the source's count says whether that is right)
+        t = target.table
+        columns = [t.c[c.name] for c in check.specs if c.name in target.types]
+        if len(columns) != len(check.specs):
+            missing = [c.name for c in check.specs if c.name not in target.types]
+            raise DataError(f"{target.qualified} on {self.target} has no column(s) "
+                            f"{', '.join(missing)} to check")
+        query = sa.select(*columns)
+        if check.key:
+            keys = [t.c[k] for k in check.key]
+            typed = {k: adapt(from_thl(check.spec(k), v), target.types[k], self.dialect,
+                              check.spec(k)) for k, v in zip(check.key, check.lo or [],
+                                                             strict=False)}
+            if check.lo is not None:
+                query = query.where(sa.tuple_(*keys) > sa.tuple_(
+                    *(sa.literal(typed[k]) for k in check.key)))
+            if check.hi is not None:
+                hi = [adapt(from_thl(check.spec(k), v), target.types[k], self.dialect,
+                            check.spec(k)) for k, v in zip(check.key, check.hi, strict=True)]
+                query = query.where(sa.tuple_(*keys) <= sa.tuple_(*map(sa.literal, hi)))
+        try:
+            rows = self._db.execute(query).all()
+        except sa_exc.DBAPIError as exc:
+            raise self._classify(exc, f"reading {target.qualified} for a check") from exc
+        for row in rows:
+            yield [thl_value_of(spec, value) for spec, value in zip(check.specs, row,
+                                                                   strict=True)]
+
+    def record_check(self, result: CheckResult) -> None:
+        """Upsert the range's row of Tungsten's ``consistency`` table (crc: 40 hex digits of
+        the digest, as its CHAR(40) columns hold)."""
+        self._flush()
+        t = self.consistency_table
+        values = {"db": result.schema[:64], "tbl": result.table[:64], "id": result.range,
+                  "row_offset": result.range * result.limit, "row_limit": result.limit,
+                  "this_crc": result.target_digest[:40], "this_cnt": result.target_count,
+                  "master_crc": result.source_digest[:40], "master_cnt": result.source_count,
+                  "ts": dt.datetime.now(dt.UTC).replace(tzinfo=None),
+                  "method": result.method[:32]}
+        where = (t.c.db == values["db"], t.c.tbl == values["tbl"], t.c.id == result.range)
+        try:
+            done = self._db.execute(sa.update(t).where(*where).values(values))
+            if done.rowcount == 0:
+                self._db.execute(sa.insert(t).values(values))
+        except sa_exc.DBAPIError as exc:
+            raise self._classify(exc, "recording a consistency check") from exc
 
     def commit(self, position: Position) -> None:
         txn = self._open_txn()

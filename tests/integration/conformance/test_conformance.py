@@ -240,3 +240,37 @@ def test_target_down_for_thirty_seconds_under_load(conformance: Conformance) -> 
     with ThlReader(svc.cfg.kafka.client(), svc.cfg.thl_topic) as reader:
         assert reader.tail() is not None
 
+
+
+def _check(svc: Conformance, *tables: str) -> subprocess.CompletedProcess[str]:
+    return svc.trepctl("check", *tables, "-limit", "25", "-timeout", "120")
+
+
+def test_consistency_check_finds_the_changed_range(conformance: Conformance) -> None:
+    svc = conformance
+    svc.start()
+    svc.create(ITEMS, COMPOSITE)
+    _workload(svc)
+    svc.wait_source_applied()
+    items = f"{svc.schema}.items"
+    equal = _check(svc, items, f"{svc.schema}.composite")
+    assert equal.returncode == 0, equal.stdout + equal.stderr
+    assert f"g                {items:<40} equal" in equal.stdout
+    assert "composite" in equal.stdout and "different" not in equal.stdout
+    # One value changed on the target behind the replicator's back.
+    ids = sorted(r[0] for r in svc.kind.rows(svc.schema, ITEMS))
+    victim = ids[len(ids) // 2]
+    svc.kind.tamper(svc.schema, ITEMS, victim, "name", "changed behind its back")
+    found = _check(svc, items)
+    assert found.returncode == 3, found.stdout + found.stderr
+    lines = found.stdout.splitlines()
+    assert any(f"{items}" in line and "different" in line for line in lines), found.stdout
+    ranges = [line for line in lines if line.strip().startswith("range ")]
+    assert len(ranges) == 1, found.stdout
+    after, up_to = ranges[0].split("keys after ")[1].split(" up to ")
+    low = None if after == "None" else int(after.strip("[]"))
+    high = None if up_to.startswith("None") else int(up_to.split(":")[0].strip("[]"))
+    assert (low is None or low < victim) and (high is None or victim <= high), ranges
+    status = svc.trepctl("check", "-status", "--json")
+    assert status.returncode == 0
+    assert '"state": "different"' in status.stdout

@@ -13,7 +13,7 @@ from collections import Counter
 
 import yaml
 
-from replicator.provision_request import read_request
+from replicator.requests import read_request
 from stack.settings import REPO_ROOT
 from thl_topics.event import RowChange
 from thl_topics.reader import ThlReader

@@ -54,3 +54,8 @@ class Kind(abc.ABC):
     @abc.abstractmethod
     def server(self) -> Service:
         """The server to stop for the 'target down' test."""
+
+    @abc.abstractmethod
+    def tamper(self, schema: str, table: Table, key: int, column: str, value: Any) -> None:
+        """Change one value of one row on the target behind the replicator's back (the row
+        whose single-column key is ``key``), for the consistency check test."""

@@ -25,8 +25,10 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from consumers.changes.applier import ROW_HEADER, SEQNO_HEADER
 from consumers.changes.reader import ChangeReader, materialize
 from stack.service import Service
 
@@ -87,6 +89,25 @@ class ChangesKind(Kind):
         if self.format == "avro":
             target["schema_registry"] = {"url": self.registry_url}
         return target
+
+    def tamper(self, schema: str, table: Table, key: int, column: str, value: Any) -> None:
+        """A change topic has no rows to change in place: a delete record for the row's key
+        (the value of some other delete, re-keyed), with a seqno no replay has passed, takes
+        the row out of what readers fold the topic into."""
+        reader = ChangeReader(self.bootstrap, self.registry_url)
+        topic = self._topic(schema, table)
+        changes = list(reader.records([topic]))
+        mine = [c for c in changes if c.key is not None and c.key.get(table.key[0]) == key]
+        deletes = [c for c in changes if c.op == "d"]
+        assert mine and deletes, f"no record of key {key}, or no delete, in {topic}"
+        victim_key, _ = _raw(self.bootstrap, topic, mine[-1].partition, mine[-1].offset)
+        _, delete_value = _raw(self.bootstrap, topic, deletes[-1].partition,
+                               deletes[-1].offset)
+        producer = Producer({"bootstrap.servers": self.bootstrap})
+        producer.produce(topic, key=victim_key, value=delete_value,
+                         partition=mine[-1].partition,
+                         headers=[(SEQNO_HEADER, str(10**15).encode()), (ROW_HEADER, b"0")])
+        producer.flush(30)
 
     def _topic(self, schema: str, table: Table) -> str:
         template = HOSTILE_TOPIC if table is HOSTILE else "{service}.{schema}.{table}"
@@ -159,3 +180,18 @@ class ChangesJsonKind(ChangesKind):
 
     def server(self) -> Service:
         return _RecoveredKafka(self.servers_up["kafka"])  # type: ignore[return-value]
+
+
+def _raw(bootstrap: str, topic: str, partition: int, offset: int) -> tuple[bytes, bytes]:
+    """The key and value bytes of one record, as they are on the topic."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "conformance-tamper",
+                         "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, partition, offset)])
+        msg = consumer.poll(30)
+        assert msg is not None and msg.error() is None, msg
+        key, value = msg.key(), msg.value()
+        assert key is not None and value is not None
+        return key, value
+    finally:
+        consumer.close()

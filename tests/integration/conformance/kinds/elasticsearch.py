@@ -100,3 +100,15 @@ class ElasticsearchKind(Kind):
 
     def server(self) -> Service:
         return self.servers_up["elasticsearch"]
+
+    def tamper(self, schema: str, table: Table, key: int, column: str, value: Any) -> None:
+        es = self.client()
+        try:
+            index = self.index(schema, table)
+            es.indices.refresh(index=index)
+            hits = es.search(index=index, query={"term": {table.key[0]: key}})["hits"]["hits"]
+            assert len(hits) == 1, hits
+            es.update(index=hits[0]["_index"], id=hits[0]["_id"], doc={column: value},
+                      refresh=True)
+        finally:
+            es.close()

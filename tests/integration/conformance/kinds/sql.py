@@ -63,6 +63,16 @@ class MariaDBKind(Kind):
     def server(self) -> Service:
         return self.servers_up["mariadb_target"]
 
+    def tamper(self, schema: str, table: Table, key: int, column: str, value: Any) -> None:
+        conn = pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="",
+                               charset="utf8mb4", autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"UPDATE {schema}.{mysql_name(table)} SET `{column}` = %s "
+                            f"WHERE `{table.key[0]}` = %s", (value, key))
+        finally:
+            conn.close()
+
 
 class PostgreSQLKind(Kind):
     name = "postgresql"
@@ -113,3 +123,10 @@ class PostgreSQLKind(Kind):
 
     def server(self) -> Service:
         return self.servers_up["postgresql"]
+
+    def tamper(self, schema: str, table: Table, key: int, column: str, value: Any) -> None:
+        with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres",
+                             dbname="postgres", autocommit=True) as conn:
+            name = '"' + table.name.replace('"', '""') + '"'
+            conn.execute(f'UPDATE "{schema}".{name} SET "{column}" = %s '
+                         f'WHERE "{table.key[0]}" = %s', (value, key))
