@@ -24,13 +24,12 @@ from replicator.zk import connect
 from stack.service import Service
 from stack.services.mariadb import MariaDB
 from stack.settings import REPO_ROOT
-from thl_topics.errors import ThlTopicMissing
 from thl_topics.event import RowChange
-from thl_topics.reader import ThlReader
 from trep.config import ServiceConfig, load_config
 from trep.runner import Runner
 
 from ..processes import kill_leftovers
+from ..thl import tail_record
 from .kinds import KINDS, Kind, kind_class
 from .tables import READY, Table, mysql_columns, mysql_name
 
@@ -144,11 +143,7 @@ class Conformance:
     # -- positions --------------------------------------------------------------------------
 
     def thl_tail(self) -> int:
-        try:
-            with ThlReader(self.cfg.kafka.client(), self.cfg.thl_topic) as reader:
-                tail = reader.tail()
-        except ThlTopicMissing:
-            return -1
+        tail = tail_record(self.cfg.kafka.client(), self.cfg.thl_topic)
         return -1 if tail is None else tail.seqno
 
     def wait_extractor_online(self, timeout: float = 90) -> None:
@@ -188,8 +183,7 @@ class Conformance:
         deadline = time.monotonic() + timeout
         while True:
             assert time.monotonic() < deadline, f"marker {marker} never reached the THL"
-            with ThlReader(self.cfg.kafka.client(), self.cfg.thl_topic) as reader:
-                tail = reader.tail()
+            tail = tail_record(self.cfg.kafka.client(), self.cfg.thl_topic)
             if tail is not None and tail.event is not None and any(
                     isinstance(item, RowChange) and item.table == "ready"
                     and item.column_values and item.column_values[-1][0] == marker

@@ -31,13 +31,12 @@ from stack.service import Service
 from stack.services.mariadb import MariaDB
 from stack.services.postgresql import PostgreSQL
 from stack.settings import REPO_ROOT
-from thl_topics.errors import ThlTopicMissing
 from thl_topics.event import RowChange
-from thl_topics.reader import ThlReader
 from trep.config import ServiceConfig, load_config
 from trep.runner import Runner
 
 from ..processes import kill_leftovers
+from ..thl import tail_record
 
 
 class Replication:
@@ -189,11 +188,7 @@ class Replication:
     # -- positions --------------------------------------------------------------------------
 
     def thl_tail(self) -> int:
-        try:
-            with ThlReader(self.cfg.kafka.client(), self.cfg.thl_topic) as reader:
-                tail = reader.tail()
-        except ThlTopicMissing:
-            return -1
+        tail = tail_record(self.cfg.kafka.client(), self.cfg.thl_topic)
         return -1 if tail is None else tail.seqno
 
     def wait_thl_tail(self, seqno: int, timeout: float = 60) -> None:
@@ -241,8 +236,7 @@ class Replication:
         seqno = None
         while seqno is None:
             assert time.monotonic() < deadline, f"marker {marker} never reached the THL"
-            with ThlReader(self.cfg.kafka.client(), self.cfg.thl_topic) as reader:
-                tail = reader.tail()
+            tail = tail_record(self.cfg.kafka.client(), self.cfg.thl_topic)
             if tail is not None and tail.event is not None and any(
                     isinstance(item, RowChange) and item.table == "ready"
                     and item.column_values and item.column_values[-1][0] == marker

@@ -36,7 +36,7 @@ def test_thl_list_info_index(running: ServiceUnderTest) -> None:
 
     info = runner.invoke(cli, [*conf, "info"])
     assert info.exit_code == 0, info.output
-    assert "min seqno = 0\nmax seqno = 5\n" in info.output
+    assert "min seqno = 0 (first seqno kept)\nmax seqno = 5\n" in info.output
     assert "cleanup.policy = compact,delete" in info.output
     assert "retention.ms = -1" in info.output
     assert "epochs = 0 (6 events)" in info.output
