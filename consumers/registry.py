@@ -19,12 +19,13 @@ from consumers.changes.config import ChangesTarget
 from consumers.elasticsearch.config import ElasticsearchTarget
 from consumers.memory.config import MemoryTarget
 from consumers.metrics import ConsumerMetrics
+from consumers.mongodb.config import MongoTarget
 from consumers.sql.config import SqlTarget
 from replicator.config import ServiceSettings
 
 #: Every target configuration, told apart by its ``type``.
-TargetConfig = Annotated[SqlTarget | MemoryTarget | ElasticsearchTarget | ChangesTarget,
-                         Field(discriminator="type")]
+TargetConfig = Annotated[SqlTarget | MemoryTarget | ElasticsearchTarget | ChangesTarget
+                         | MongoTarget, Field(discriminator="type")]
 
 #: type -> "module:factory"; a factory takes (target configuration, ApplierContext).
 _FACTORIES: dict[str, str] = {
@@ -32,6 +33,7 @@ _FACTORIES: dict[str, str] = {
     "memory": "consumers.memory.applier:MemoryApplier",
     "elasticsearch": "consumers.elasticsearch.applier:ElasticsearchApplier",
     "changes": "consumers.changes.applier:ChangesApplier",
+    "mongodb": "consumers.mongodb.applier:MongoApplier",
 }
 
 

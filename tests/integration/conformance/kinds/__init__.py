@@ -15,6 +15,7 @@ KINDS: dict[str, str] = {
     "elasticsearch": "elasticsearch:ElasticsearchKind",
     "changes": "changes:ChangesKind",
     "changes_json": "changes:ChangesJsonKind",
+    "mongodb": "mongodb:MongoDBKind",
 }
 
 

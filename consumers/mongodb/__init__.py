@@ -1,0 +1,1 @@
+"""The MongoDB applier: documents keyed by primary key, guarded by seqno (pymongo)."""

@@ -1,0 +1,653 @@
+"""The MongoDB applier: THL row changes into documents, through pymongo.
+
+Mapping (``config.MongoTarget``): database = source schema, collection = source table (both
+templates), ``_id`` = the primary key (a sub-document in key order for a composite key; the
+THL carries the key's columns in table order, and that is the order used), document = the row
+(``types`` holds the type map) + ``_seqno``, the seqno of the change that wrote it.
+
+Without transactions (FerretDB, a standalone mongod, or ``transactions: off``) a block is
+made durable in three steps, one request in flight:
+
+1. the data: every document's last write of the block (``blocks``), each guarded by its seqno
+   so a replayed write never goes backwards; deletes leave tombstones so a replayed older
+   write cannot bring a deleted row back. A write refused because the document is already
+   at that seqno or newer (E11000) is "already applied"; the rest of that command is
+   checked against the stored ``_seqno``s and sent again, so one stale write never stops
+   the writes after it;
+2. heartbeats (guarded the same way);
+3. the position in ``tungsten_<service>.trep_commit_seqno``, a compare-and-set against the
+   seqno this applier last read or wrote (an upsert of ``{_id: 0, seqno: expected}``, which
+   collides with the stored document if another writer moved it).
+
+A crash anywhere before step 3 leaves the position where it was: the runtime applies the
+same seqnos again, and the guards make that a no-op for what was written. With transactions
+(a real replica set or sharded cluster), the three steps run in one
+``session.with_transaction``; stale writes are filtered by reading the stored ``_seqno``s
+inside the transaction first (a write error would abort it).
+
+Statement events are skipped (DDL has no meaning here). Tables without a primary key are
+applied: see ``blocks.KeylessOp`` for how their rows are identified and replayed safely.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from bson.int64 import Int64
+from pymongo import ASCENDING, DESCENDING, MongoClient
+from pymongo.client_session import ClientSession
+from pymongo.database import Database
+from pymongo.errors import PyMongoError
+from pymongo.read_concern import ReadConcern
+from pymongo.write_concern import WriteConcern
+
+from consumers.applier import Atomicity, BlockLimits, Capabilities, StatementPolicy
+from consumers.errors import (
+    DataError,
+    PositionConflict,
+    TerminalError,
+)
+from consumers.heartbeat import Heartbeat
+from consumers.mongodb.blocks import (
+    KeyedWrites,
+    KeylessOp,
+    Namespace,
+    Unencodable,
+    Write,
+    chunks,
+    fresh,
+    key_of,
+)
+from consumers.mongodb.config import MongoTarget
+from consumers.mongodb.errors import DUPLICATE_KEY, classify, error_text
+from consumers.mongodb.server import (
+    ServerTraits,
+    Unsupported,
+    detect,
+    use_decimal128,
+    use_transactions,
+)
+from consumers.mongodb.types import (
+    DELETED,
+    ID,
+    OP,
+    SEQNO,
+    Converter,
+    TypeOptions,
+    collection_problem,
+    convert_row,
+    converter,
+    database_problem,
+    escape_name,
+    failed_column,
+    field_name,
+    key_converter,
+    refused_field,
+)
+from consumers.position import Position
+from consumers.registry import ApplierContext
+from replicator import crashpoints
+from thl_topics.event import ColumnSpec, RowChange, ThlEvent, ThlValue
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+RawDoc = dict[str, Any]
+#: The position document's ``_id`` (Tungsten's ``task_id``: one apply channel).
+TASK_ID = 0
+COMMIT_SEQNO = "trep_commit_seqno"
+HEARTBEAT = "heartbeat"
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """How the rows of one table (with one column layout) become documents."""
+
+    ns: Namespace
+    #: ``schema.table`` of the source.
+    table: str
+    columns: tuple[str, ...]
+    fields: tuple[str, ...]
+    converters: tuple[Converter, ...]
+    #: Positions of the primary key columns (empty: the table has no key), in key order.
+    key: tuple[int, ...]
+    key_converters: tuple[Converter, ...]
+
+    def ident(self, row: Sequence[ThlValue]) -> Any:
+        """The ``_id`` of a row: the key's value, or a sub-document of a composite key."""
+        if len(self.key) == 1:
+            i = self.key[0]
+            return self.key_converters[0](row[i])
+        return {self.fields[i]: conv(row[i])
+                for i, conv in zip(self.key, self.key_converters, strict=True)}
+
+
+class MongoApplier:
+    """Applies THL events to one MongoDB deployment (or MongoDB-wire server)."""
+
+    def __init__(self, cfg: MongoTarget, ctx: ApplierContext) -> None:
+        self.cfg = cfg
+        self.target = cfg.display_url()
+        self.service = ctx.service.service
+        self.tracking_db = ctx.tracking_schema
+        # The runtime reads the capabilities before connecting: declare the guarantee that
+        # holds whatever the server turns out to be (auto may still use transactions).
+        atomicity = Atomicity.TRANSACTIONAL if cfg.transactions == "on" \
+            else Atomicity.SEQNO_GUARDED
+        self.capabilities = Capabilities(
+            atomicity=atomicity, statements=StatementPolicy.SKIP, keyless_tables=True,
+            # Writes collapse per document inside a block, and each block costs a position
+            # write: larger blocks than a SQL target's pay off.
+            block=BlockLimits(events=100, rows=20_000, bytes=16 * 1024 * 1024, ms=500))
+        self._client: MongoClient[RawDoc] | None = None
+        self.traits: ServerTraits | None = None
+        self._transactions = False
+        self._types = TypeOptions()
+        self._layouts: dict[tuple[object, ...], _Layout] = {}
+        self._namespaces: dict[tuple[str, str], Namespace] = {}
+        self._mark_indexes: set[Namespace] = set()
+        # The open block.
+        self._open = False
+        self._writes = KeyedWrites()
+        self._keyless: dict[Namespace, list[KeylessOp]] = {}
+        self._beats: list[Heartbeat] = []
+        self._seqno = -1
+        self._ordinal = 0
+        #: Highest ``_op`` applied per keyless collection (None: read it again).
+        self._marks: dict[Namespace, tuple[int, int]] = {}
+        #: The seqno stored on the target as this applier last read, cleared or wrote it.
+        self._expected: int | None = None
+
+    # -- connection -------------------------------------------------------------------------
+
+    @property
+    def server(self) -> ServerTraits:
+        """What the target is (known once connected)."""
+        if self.traits is None:
+            raise RuntimeError("not connected: connect() first")
+        return self.traits
+
+    @property
+    def client(self) -> MongoClient[RawDoc]:
+        if self._client is None:
+            raise RuntimeError("not connected: connect() first")
+        return self._client
+
+    def _call(self, call: Callable[[], _T], doing: str, seqno: int = -1,
+              event_id: str = "") -> _T:
+        try:
+            return call()
+        except PyMongoError as exc:
+            raise classify(exc, self.target, doing, seqno, event_id) from exc
+
+    def connect(self) -> None:
+        if self._client is None:
+            self._client = MongoClient(self.cfg.url, **self.cfg.client_options())
+        admin = self.client.admin
+        build = self._call(lambda: admin.command("buildInfo"), "reading buildInfo")
+        hello = self._call(lambda: admin.command("hello"), "reading hello")
+        traits = detect(build, hello)
+        try:
+            self._transactions = use_transactions(self.cfg.transactions, traits)
+            self._types = TypeOptions(decimal128=use_decimal128(self.cfg.decimal, traits))
+        except Unsupported as exc:
+            raise TerminalError(f"{self.target}: {exc}") from exc
+        if self.traits != traits:
+            log.info("%s: %s; transactions %s, decimals as %s", self.target, traits.name,
+                     "on" if self._transactions else "off",
+                     "Decimal128" if self._types.decimal128 else "strings")
+        self.traits = traits
+        self._layouts.clear()
+        self._namespaces.clear()
+        self._marks.clear()
+
+    def position(self) -> Position | None:
+        coll = self.client[self.tracking_db][COMMIT_SEQNO]
+        doc = self._call(lambda: coll.find_one({ID: TASK_ID}), f"reading {COMMIT_SEQNO}")
+        self._marks.clear()
+        if doc is None or doc.get("seqno") is None:
+            self._expected = None
+            return None
+        self._expected = int(doc["seqno"])
+        return Position(seqno=int(doc["seqno"]), epoch=int(doc.get("epoch_number") or 0),
+                        event_id=str(doc.get("eventid") or ""),
+                        source_id=str(doc.get("source_id") or ""),
+                        fragno=int(doc.get("fragno") or 0),
+                        last_frag=bool(doc.get("last_frag", True)),
+                        shard_id=str(doc.get("shard_id") or ""))
+
+    def reset(self) -> None:
+        coll = self.client[self.tracking_db][COMMIT_SEQNO]
+        self._call(lambda: coll.delete_one({ID: TASK_ID}), f"clearing {COMMIT_SEQNO}")
+        self._expected = None
+        self._marks.clear()
+
+    def close(self) -> None:
+        self.rollback()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # -- blocks -----------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        self._open = True
+        self._writes = KeyedWrites()
+        self._keyless = {}
+        self._beats = []
+        self._seqno = -1
+
+    def rollback(self) -> None:
+        self._open = False
+        self._writes = KeyedWrites()
+        self._keyless = {}
+        self._beats = []
+        # Writes of the abandoned block may or may not have landed: read the marks again.
+        self._marks.clear()
+
+    def apply(self, event: ThlEvent) -> None:
+        if not self._open:
+            raise RuntimeError("no open block: begin() first")
+        if event.seqno != self._seqno or event.fragno == 0:
+            # Row ordinals count across the fragments of a seqno.
+            self._seqno, self._ordinal = event.seqno, 0
+        for item in event.data:
+            if isinstance(item, RowChange):
+                self._rows(item, event)
+
+    def heartbeat(self, beat: Heartbeat) -> None:
+        self._beats.append(beat)
+
+    def pending(self) -> tuple[dict[Namespace, list[Write]], dict[Namespace, list[KeylessOp]]]:
+        """What the open block will write: collapsed writes, and keyless changes in order."""
+        return self._writes.by_namespace(), {ns: list(ops) for ns, ops in self._keyless.items()}
+
+    def commit(self, position: Position) -> None:
+        if not self._open:
+            raise RuntimeError("no open block: begin() first")
+        try:
+            if self._transactions:
+                self._commit_in_transaction(position)
+            else:
+                self._write_block(position, None, self._marks)
+        except Unencodable as exc:
+            raise self._data_error(exc.write, exc.write.table, None, str(exc)) from exc
+        except PyMongoError as exc:
+            raise classify(exc, self.target, f"committing up to seqno {position.seqno}",
+                           position.seqno) from exc
+        finally:
+            self._open = False
+            self._writes, self._keyless, self._beats = KeyedWrites(), {}, []
+        self._expected = position.seqno
+
+    def _commit_in_transaction(self, position: Position) -> None:
+        def block(session: ClientSession) -> None:
+            # A retried transaction starts over: marks read inside it die with it.
+            self._write_block(position, session, {})
+
+        with self.client.start_session() as session:
+            session.with_transaction(block, read_concern=ReadConcern("snapshot"),
+                                     write_concern=WriteConcern("majority"))
+
+    def _write_block(self, position: Position, session: ClientSession | None,
+                     marks: dict[Namespace, tuple[int, int]]) -> None:
+        for ns, writes in self._writes.by_namespace().items():
+            self._guarded(ns, writes, session)
+        for ns, ops in self._keyless.items():
+            self._apply_keyless(ns, ops, session, marks)
+        if self._beats:
+            self._guarded(Namespace(self.tracking_db, HEARTBEAT),
+                          [self._beat(b) for b in self._beats], session)
+        crashpoints.reached("apply-before-position")
+        self._advance(position, session)
+
+    # -- rows into writes --------------------------------------------------------------------
+
+    def _namespace(self, schema: str, table: str, event: ThlEvent) -> Namespace:
+        found = self._namespaces.get((schema, table))
+        if found is not None:
+            return found
+        database = self.cfg.database.format(schema=schema, service=self.service)
+        escape = escape_name if self.cfg.escape_names else str
+        collection = self.cfg.collection.format(schema=escape(schema), table=escape(table))
+        problem = database_problem(database, self.server.ferretdb)
+        what = f"database {database!r}"
+        if problem is None:
+            problem = collection_problem(database, collection)
+            what = f"collection {collection!r}"
+        if problem is not None:
+            raise self._data_error(event, f"{schema}.{table}", None,
+                                   f"{what} cannot be used on {self.server.name}: {problem}; "
+                                   "map the table elsewhere with the target's `database` and "
+                                   "`collection` templates, or filter it out")
+        found = self._namespaces[(schema, table)] = Namespace(database, collection)
+        return found
+
+    def _layout(self, change: RowChange, specs: list[ColumnSpec], event: ThlEvent) -> _Layout:
+        signature = (change.schema, change.table, *[
+            (c.name, c.type, c.length, c.scale, c.primary_key, c.blob, c.charset is None)
+            for c in specs])
+        found = self._layouts.get(signature)
+        if found is not None:
+            return found
+        table = f"{change.schema}.{change.table}"
+        ns = self._namespace(change.schema, change.table, event)
+        fields = tuple(field_name(c.name, self.cfg.escape_names) for c in specs)
+        if not self.cfg.escape_names:
+            for spec, name in zip(specs, fields, strict=True):
+                problem = refused_field(name, self.server.ferretdb)
+                if problem is not None:
+                    raise self._data_error(event, table, spec.name,
+                                           f"the column name cannot be a field name: {problem};"
+                                           " set escape_names: true or rename the column")
+        if len(set(fields)) != len(fields):
+            raise self._data_error(event, table, None, "two columns map to the same field")
+        key = tuple(i for i, c in enumerate(specs) if c.primary_key)
+        found = _Layout(ns, table, tuple(c.name for c in specs), fields,
+                        tuple(converter(c, self._types, self.cfg.is_json(
+                            change.schema, change.table, c.name)) for c in specs), key,
+                        tuple(key_converter(specs[i], self._types) for i in key))
+        self._layouts[signature] = found
+        return found
+
+    def _convert(self, layout: _Layout, row: Sequence[ThlValue], event: ThlEvent
+                 ) -> list[Any]:
+        try:
+            return convert_row(layout.converters, row)
+        except (ValueError, TypeError) as exc:
+            failed = failed_column(layout.converters, row)
+            column, why = (layout.columns[failed[0]], failed[1]) if failed else (None, str(exc))
+            raise self._data_error(event, layout.table, column,
+                                   f"the value cannot be stored: {why}") from exc
+
+    def _ident(self, layout: _Layout, row: Sequence[ThlValue], event: ThlEvent) -> Any:
+        try:
+            return layout.ident(row)
+        except (ValueError, TypeError) as exc:
+            raise self._data_error(event, layout.table, None,
+                                   f"the primary key cannot be an _id: {exc}") from exc
+
+    def _rows(self, change: RowChange, event: ThlEvent) -> None:
+        after = self._layout(change, change.column_specs, event) \
+            if change.column_values else None
+        before = self._layout(change, change.key_specs, event) if change.key_values else None
+        layout = after or before
+        keyed = layout is not None and bool(layout.key)
+        for r in range(change.row_count):
+            new = change.column_values[r] if after is not None else None
+            old = change.key_values[r] if before is not None else None
+            if keyed:
+                self._keyed_row(event, after, new, before, old)
+            elif layout is not None:
+                self._keyless_row(event, layout, after, new, before, old)
+
+    def _next(self) -> int:
+        self._ordinal += 1
+        return self._ordinal
+
+    def _keyed_row(self, event: ThlEvent, after: _Layout | None, new: Sequence[ThlValue] | None,
+                   before: _Layout | None, old: Sequence[ThlValue] | None) -> None:
+        if before is not None and old is not None:
+            old_id = self._ident(before, old, event)
+            new_id = self._ident(after, new, event) if after is not None and new is not None \
+                else None
+            if new_id is None or key_of(new_id) != key_of(old_id):
+                # A delete, or a key change: the old key's document becomes a tombstone.
+                self._writes.add(before.ns, Write(event.seqno, self._next(), event.event_id,
+                                                  before.table, old_id, None))
+        if after is not None and new is not None:
+            values = self._convert(after, new, event)
+            ident = self._ident(after, new, event)
+            self._writes.add(after.ns, Write(event.seqno, self._next(), event.event_id,
+                                             after.table, ident,
+                                             dict(zip(after.fields, values, strict=True))))
+
+    def _keyless_row(self, event: ThlEvent, layout: _Layout, after: _Layout | None,
+                     new: Sequence[ThlValue] | None, before: _Layout | None,
+                     old: Sequence[ThlValue] | None) -> None:
+        after_doc = dict(zip(after.fields, self._convert(after, new, event), strict=True)) \
+            if after is not None and new is not None else None
+        before_doc = dict(zip(before.fields, self._convert(before, old, event), strict=True)) \
+            if before is not None and old is not None else None
+        self._keyless.setdefault(layout.ns, []).append(KeylessOp(
+            event.seqno, self._next(), event.event_id, layout.table, before_doc, after_doc))
+
+    def _beat(self, beat: Heartbeat) -> Write:
+        def naive(value: dt.datetime | None) -> dt.datetime | None:
+            return value.astimezone(dt.UTC).replace(tzinfo=None) if value else None
+        doc = {"seqno": Int64(beat.seqno), "eventid": beat.event_id,
+               "source_tstamp": naive(beat.source_tstamp),
+               "target_tstamp": naive(beat.target_tstamp), "lag_millis": beat.lag_millis,
+               "salt": beat.salt, "name": beat.name}
+        return Write(beat.seqno, 0, beat.event_id, f"{self.tracking_db}.{HEARTBEAT}",
+                     Int64(beat.id), doc)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def _data_error(self, event: ThlEvent | Write | KeylessOp, table: str, column: str | None,
+                    why: str) -> DataError:
+        where = f"seqno {event.seqno} (event {event.event_id}), table {table}"
+        if column is not None:
+            where += f", column {column}"
+        return DataError(f"{self.target}: {where}: {why}", seqno=event.seqno,
+                         event_id=event.event_id)
+
+    def _update(self, ns: Namespace, specs: list[dict[str, Any]],
+                session: ClientSession | None) -> RawDoc:
+        db: Database[RawDoc] = self.client[ns.database]
+        return db.command({"update": ns.collection, "updates": specs, "ordered": True},
+                          session=session)
+
+    def _check_sizes(self, writes: list[Write]) -> None:
+        for w in writes:
+            if w.encode() > self._max_bson():
+                raise self._data_error(w, w.table, None,
+                                       f"the document is {w.encode()} bytes; the server takes "
+                                       f"{self._max_bson()} at most")
+
+    def _send(self, ns: Namespace, writes: list[Write], session: ClientSession | None
+              ) -> list[RawDoc]:
+        """One ordered update command of these writes; its write errors."""
+        self._check_sizes(writes)
+        reply = self._update(ns, [w.spec() for w in writes], session)
+        errors: list[RawDoc] = reply.get("writeErrors") or []
+        return errors
+
+    def _max_bson(self) -> int:
+        return self.server.max_bson_size
+
+    def _guarded(self, ns: Namespace, writes: list[Write], session: ClientSession | None
+                 ) -> None:
+        """Apply guarded writes of one namespace; already applied ones change nothing."""
+        if session is None and self.server.scanning_updates:
+            self._insert_first(ns, writes)
+            return
+        for run in chunks(writes, self.cfg.batch_ops):
+            if session is not None:
+                # Inside a transaction a write error aborts everything: leave out, by their
+                # stored seqnos, the writes a replay would find already applied.
+                run = fresh(run, self._stored_seqnos(ns, run, session))
+                if run:
+                    errors = self._send(ns, run, session)
+                    if errors:
+                        index = int(errors[0].get("index", 0))
+                        raise self._refused(run[index if 0 <= index < len(run) else 0],
+                                            errors[0])
+                continue
+            errors = self._send(ns, run, None)
+            if not errors:
+                continue
+            if all(e.get("code") == DUPLICATE_KEY for e in errors):
+                # Already applied writes (a replay) stop an ordered command, and FerretDB
+                # does not say which one it stopped at: send again what is not applied yet.
+                run = fresh(run, self._stored_seqnos(ns, run, None))
+                if not run or not self._send(ns, run, None):
+                    continue
+            self._one_by_one(ns, run)
+
+    def _insert_first(self, ns: Namespace, writes: list[Write]) -> None:
+        """Guarded writes where every update statement scans the collection (FerretDB).
+
+        Documents that do not exist yet (most rows of an insert) go in with one unordered
+        insert; for the ones that collide with an existing ``_id``, the stored ``_seqno``s
+        are read in one query, the already applied ones are left alone, and the others are
+        deleted and inserted again, each in one statement: three scans per command instead
+        of one per document. A crash between that delete and insert leaves those documents
+        missing until the runtime applies the block again from the stored position.
+        """
+        for run in chunks(writes, self.cfg.batch_ops):
+            taken = self._insert(ns, run)
+            if not taken:
+                continue
+            newer = fresh(taken, self._stored_seqnos(ns, taken, None))
+            if not newer:
+                continue
+            coll = self.client[ns.database][ns.collection]
+            coll.delete_many({ID: {"$in": [w.ident for w in newer]}})
+            # With their _id gone, a duplicate key can only come from another unique index.
+            self._insert(ns, newer, duplicates_refused=True)
+
+    def _insert(self, ns: Namespace, writes: list[Write], duplicates_refused: bool = False
+                ) -> list[Write]:
+        """Insert the documents of these writes (unordered); the ones whose ``_id`` exists."""
+        self._check_sizes(writes)
+        db: Database[RawDoc] = self.client[ns.database]
+        reply = db.command({"insert": ns.collection, "documents": [w.raw for w in writes],
+                            "ordered": False})
+        taken = []
+        for error in reply.get("writeErrors") or []:
+            index = int(error.get("index", -1))
+            w = writes[index] if 0 <= index < len(writes) else writes[0]
+            if error.get("code") != DUPLICATE_KEY or duplicates_refused:
+                raise self._refused(w, error)
+            taken.append(w)
+        return taken
+
+    def _one_by_one(self, ns: Namespace, writes: list[Write]) -> None:
+        """Each write alone, to tell an already applied one from the one the server refuses."""
+        for w in writes:
+            errors = self._send(ns, [w], None)
+            if not errors:
+                continue
+            if errors[0].get("code") == DUPLICATE_KEY and self._stored_seqnos(
+                    ns, [w], None).get(key_of(w.ident), -1) >= w.seqno:
+                continue  # already applied
+            raise self._refused(w, errors[0])
+
+    def _refused(self, w: Write, error: RawDoc) -> DataError:
+        if error.get("code") == DUPLICATE_KEY:
+            why = ("a unique index other than _id refuses the document (duplicate key): "
+                   f"{error_text(error)}")
+        else:
+            why = f"the server refuses the document: {error_text(error)}"
+        return self._data_error(w, w.table, None, why)
+
+    def _stored_seqnos(self, ns: Namespace, writes: list[Write],
+                       session: ClientSession | None) -> dict[Any, int]:
+        coll = self.client[ns.database][ns.collection]
+        ids = [w.ident for w in writes]
+        found: dict[Any, int] = {}
+        for doc in coll.find({ID: {"$in": ids}}, {SEQNO: 1}, session=session):
+            seqno = doc.get(SEQNO)
+            found[key_of(doc[ID])] = int(seqno) if seqno is not None else -1
+        return found
+
+    # -- tables without a primary key ----------------------------------------------------------
+
+    def _apply_keyless(self, ns: Namespace, ops: list[KeylessOp],
+                       session: ClientSession | None,
+                       marks: dict[Namespace, tuple[int, int]]) -> None:
+        coll = self.client[ns.database][ns.collection]
+        mark = marks.get(ns)
+        if mark is None:
+            mark = self._read_mark(ns, session)
+        inserts: list[Write] = []
+        try:
+            for op in ops:
+                if op.before is None:
+                    inserts.append(op.insert())
+                    continue
+                if inserts:
+                    self._guarded(ns, inserts, session)
+                    inserts = []
+                if op.mark <= mark:
+                    continue  # applied before a restart
+                found = coll.find_one({**op.before, DELETED: {"$exists": False}}, {ID: 1},
+                                      sort=[(ID, ASCENDING)], session=session)
+                if found is None:
+                    raise self._data_error(
+                        op, op.table, None,
+                        f"no document of {ns} equals the row to "
+                        f"{'update' if op.after is not None else 'delete'}: the target has "
+                        "diverged from the source")
+                # By _id alone: the one filter FerretDB does not answer with a scan.
+                reply = self._update(ns, [{"q": {ID: found[ID]},
+                                           "u": op.replacement(found[ID]),
+                                           "upsert": False}], session)
+                errors = reply.get("writeErrors")
+                if errors:
+                    raise self._data_error(op, op.table, None, "the server refuses the "
+                                           f"document: {error_text(errors[0])}")
+                if reply.get("n") == 0:
+                    raise PositionConflict(
+                        f"{self.target}: {ns}: a document went away under this consumer "
+                        f"while seqno {op.seqno} was applied: another process applies the "
+                        "same consumer group to this target", seqno=op.seqno)
+                mark = op.mark
+            if inserts:
+                self._guarded(ns, inserts, session)
+        finally:
+            marks[ns] = mark
+
+    def _read_mark(self, ns: Namespace, session: ClientSession | None) -> tuple[int, int]:
+        coll = self.client[ns.database][ns.collection]
+        if ns not in self._mark_indexes and session is None:
+            # Finds the highest _op without a scan (idempotent; outside transactions only).
+            coll.create_index([(f"{OP}.s", DESCENDING), (f"{OP}.r", DESCENDING)],
+                              name="tungsten_op")
+            self._mark_indexes.add(ns)
+        top = coll.find_one({OP: {"$exists": True}}, {OP: 1},
+                            sort=[(f"{OP}.s", DESCENDING), (f"{OP}.r", DESCENDING)],
+                            session=session)
+        if top is None:
+            return (-1, -1)
+        return int(top[OP]["s"]), int(top[OP]["r"])
+
+    # -- the position ------------------------------------------------------------------------
+
+    def _advance(self, position: Position, session: ClientSession | None) -> None:
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        source_time = dt.datetime.fromtimestamp(position.tstamp / 1e6, dt.UTC).replace(
+            tzinfo=None)
+        doc = {ID: TASK_ID, "task_id": TASK_ID, "seqno": Int64(position.seqno),
+               "fragno": position.fragno, "last_frag": position.last_frag,
+               "source_id": position.source_id, "epoch_number": Int64(position.epoch),
+               "eventid": position.event_id,
+               "applied_latency": max(0, int((now - source_time).total_seconds())),
+               "update_timestamp": now, "shard_id": position.shard_id,
+               "extract_timestamp": source_time}
+        # Matches only the position this applier expects; otherwise the upsert collides with
+        # the stored document's _id and nothing is written.
+        expected: Any = Int64(self._expected) if self._expected is not None else None
+        reply = self._update(Namespace(self.tracking_db, COMMIT_SEQNO),
+                             [{"q": {ID: TASK_ID, "seqno": expected}, "u": doc,
+                               "upsert": True}], session)
+        errors = reply.get("writeErrors")
+        if errors:
+            if errors[0].get("code") == DUPLICATE_KEY:
+                stored = self.client[self.tracking_db][COMMIT_SEQNO].find_one(
+                    {ID: TASK_ID}, session=session)
+                found = stored.get("seqno") if stored else None
+                raise PositionConflict(
+                    f"{self.target}: {self.tracking_db}.{COMMIT_SEQNO} moved under this "
+                    f"consumer (expected stored seqno "
+                    f"{'none' if self._expected is None else self._expected}, found "
+                    f"{'none' if found is None else found}): another process applies the same "
+                    "consumer group to this target. The position was not written; run one "
+                    "process per group.", seqno=position.seqno)
+            raise DataError(f"{self.target}: writing {COMMIT_SEQNO}: "
+                            f"{error_text(errors[0])}", seqno=position.seqno)

@@ -1,0 +1,352 @@
+"""The MongoDB type map: THL column values into BSON values, exactly, and names into names.
+
+Every value keeps its exact meaning; where BSON has no exact type, the value is the text
+MySQL itself prints, never a rounded one.
+
+==========================  ==============================================================
+source column               BSON value
+==========================  ==============================================================
+TINYINT .. BIGINT, YEAR,    int32 / int64 by magnitude. Beyond signed 64 bits (BIGINT
+BIT(n)                      UNSIGNED, BIT(64) above 2^63-1): Decimal128 of the integer, or
+                            its decimal string with ``decimal: string`` (FerretDB)
+DECIMAL(p,s), p <= 34       Decimal128 with all s scale digits ("12.50" stays 12.50), or
+                            the decimal string with ``decimal: string`` (FerretDB)
+DECIMAL(p,s), p > 34        the decimal string (Decimal128 holds 34 digits)
+FLOAT, DOUBLE               double (a FLOAT is the double its 32 bits widen to)
+DATE                        date at 00:00 UTC
+DATETIME(0..3),             date (milliseconds: exact); DATETIME is taken as UTC wall time,
+TIMESTAMP(0..3)             TIMESTAMP is UTC
+DATETIME(4..6),             string as MySQL prints it with the column's digits,
+TIMESTAMP(4..6)             "2024-05-01 12:00:00.000001" (a BSON date has milliseconds)
+zero dates                  the string MySQL prints ("0000-00-00", "0000-00-00 00:00:00",
+                            also dates in year 0): BSON dates cannot hold them
+TIME(n)                     string as MySQL prints it, "-838:59:59.000000" (durations, may be
+                            negative or beyond 24 h)
+CHAR, VARCHAR, TEXT, ENUM   string (U+0000 included)
+SET                         array of the members, in definition order ("" is [])
+JSON                        the embedded document, array or scalar; JSON numbers: integers
+                            as int32/int64 (beyond: like BIGINT UNSIGNED), others as double
+BINARY, VARBINARY, BLOB,    binary (subtype 0), byte for byte; BINARY(n) with its trailing
+GEOMETRY                    0x00 padding
+NULL                        null
+==========================  ==============================================================
+
+Names: with ``escape_names`` (the default) collection and field names percent-encode the
+characters that MongoDB or FerretDB cannot take there (``%`` ``$`` ``.`` ``"`` ``\\`` and
+control characters); without it, such a name is refused. Keys inside a JSON value are data
+and are never changed: a key MongoDB refuses (``$`` first, a ``.``, U+0000) is a data error.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bson.decimal128 import Decimal128
+
+from thl_topics.event import ColumnSpec, ThlValue
+from thl_topics.values import DECIMAL_TYPES, FLOAT_TYPES, INTEGER_TYPES
+
+#: Fields the applier writes into every document; a column may not take these names.
+ID, SEQNO, DELETED, OP = "_id", "_seqno", "_deleted", "_op"
+RESERVED = frozenset({ID, SEQNO, DELETED, OP})
+#: Column types that may be declared to hold JSON (MariaDB's JSON is a LONGTEXT).
+TEXT_TYPES = frozenset({"CHAR", "VARCHAR", "TEXT", "JSON"})
+#: Digits a Decimal128 holds exactly.
+DECIMAL128_DIGITS = 34
+#: BSON nesting MongoDB accepts (documents inside documents).
+MAX_DEPTH = 100
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+#: Characters percent-encoded in collection and field names (see the module docstring).
+_ESCAPED = frozenset('%$."\\') | frozenset(chr(c) for c in range(0x20)) | {"\x7f"}
+
+
+class ValueRefused(ValueError):
+    """A value the target cannot store as it is; the message says why and where inside."""
+
+
+Converter = Callable[[ThlValue], Any]
+
+
+@dataclass(frozen=True)
+class TypeOptions:
+    """What the server can store, as the type map needs to know it."""
+
+    #: Decimal128 for DECIMALs (<= 34 digits) and big integers; else exact strings.
+    decimal128: bool = True
+
+
+# -- names ---------------------------------------------------------------------------------
+
+def escape_name(name: str) -> str:
+    """``name`` with the characters no server takes percent-encoded (``a.b`` -> ``a%2Eb``)."""
+    if not any(ch in _ESCAPED for ch in name):
+        return name
+    return "".join(f"%{ord(ch):02X}" if ch in _ESCAPED else ch for ch in name)
+
+
+def field_name(column: str, escape: bool) -> str:
+    """The document field of a column: escaped, and never one of the applier's own fields."""
+    name = escape_name(column) if escape else column
+    if escape and name in RESERVED:
+        return "%5F" + name[1:]
+    return name
+
+
+def refused_field(name: str, ferretdb: bool) -> str | None:
+    """Why a (verbatim) top-level field name cannot be stored, or None if it can."""
+    if name in RESERVED:
+        return f"it is one of the applier's own fields ({', '.join(sorted(RESERVED))})"
+    problem = refused_key(name)
+    if problem is None and ferretdb and any(ch in '"\\' or ord(ch) < 0x20 for ch in name):
+        # FerretDB 1.24 (SQLite) breaks on these in top-level keys: '"' fails the insert,
+        # '\\' and control characters make every later read of the collection fail.
+        problem = "FerretDB cannot take '\"', '\\' or control characters in a top-level field"
+    return problem
+
+
+def refused_key(key: str) -> str | None:
+    """Why a document key cannot be stored on MongoDB, or None if it can."""
+    if "\x00" in key:
+        return "it contains U+0000 (BSON keys cannot)"
+    if key.startswith("$"):
+        return "it starts with '$' (MongoDB reserves it for operators)"
+    if "." in key:
+        return "it contains '.' (MongoDB reads it as a path)"
+    return None
+
+
+def database_problem(name: str, ferretdb: bool) -> str | None:
+    """Why ``name`` cannot be a database name on the server, or None if it can."""
+    if not name:
+        return "it is empty"
+    if len(name.encode()) > 63:
+        return "it is longer than 63 bytes"
+    bad = sorted({ch for ch in name if ch in '/\\. "$*<>:|?' or ch == "\x00"})
+    if bad:
+        return f"it contains {' '.join(repr(ch) for ch in bad)}"
+    if ferretdb and not all(ch.isascii() and (ch.isalnum() or ch in "_-") for ch in name):
+        return "FerretDB takes only ASCII letters, digits, '_' and '-' in database names"
+    return None
+
+
+def collection_problem(database: str, name: str) -> str | None:
+    """Why ``name`` cannot be a collection name, or None if it can."""
+    if not name:
+        return "it is empty"
+    if "$" in name or "\x00" in name:
+        return "it contains '$' or U+0000"
+    if name.startswith("system."):
+        return "names starting with 'system.' belong to the server"
+    if len(f"{database}.{name}".encode()) > 255:
+        return "database and collection together are longer than 255 bytes"
+    return None
+
+
+# -- values --------------------------------------------------------------------------------
+
+def _big_int(value: int, opts: TypeOptions) -> Any:
+    if _INT64_MIN <= value <= _INT64_MAX:
+        return value
+    # 2^64 - 1 has 20 digits: well within Decimal128's 34.
+    return Decimal128(str(value)) if opts.decimal128 else str(value)
+
+
+def _integer(opts: TypeOptions) -> Converter:
+    def convert(raw: ThlValue) -> Any:
+        if raw is None or isinstance(raw, int):
+            return raw
+        if isinstance(raw, str):
+            return _big_int(int(raw), opts)
+        raise ValueRefused(f"an integer column holds {type(raw).__name__} {raw!r}")
+    return convert
+
+
+def _decimal(spec: ColumnSpec, opts: TypeOptions) -> Converter:
+    exact = opts.decimal128 and 0 < spec.length <= DECIMAL128_DIGITS
+
+    def convert(raw: ThlValue) -> Any:
+        if raw is None:
+            return None
+        # The THL text is plain notation with every scale digit; Decimal128 keeps them too.
+        text = raw if isinstance(raw, str) else str(raw)
+        return Decimal128(text) if exact else text
+    return convert
+
+
+def _float(raw: ThlValue) -> Any:
+    return float(raw) if isinstance(raw, int) else raw
+
+
+def _date(raw: ThlValue) -> Any:
+    if not isinstance(raw, str):
+        return raw
+    try:
+        day = dt.date.fromisoformat(raw)
+    except ValueError:
+        return raw  # a zero date (or one in year 0): the text MySQL prints
+    return dt.datetime(day.year, day.month, day.day)  # noqa: DTZ001 - pymongo: naive is UTC
+
+
+def _datetime(spec: ColumnSpec) -> Converter:
+    digits = max(0, min(6, spec.scale))
+
+    def convert(raw: ThlValue) -> Any:
+        if not isinstance(raw, str):
+            return raw
+        try:
+            value = dt.datetime.fromisoformat(raw)
+        except ValueError:
+            return raw  # zero date: already printed with the column's digits
+        if digits <= 3:
+            return value  # naive, UTC: milliseconds are exact in a BSON date
+        return format_datetime(value, digits)
+    return convert
+
+
+def format_datetime(value: dt.datetime, digits: int) -> str:
+    """A DATETIME as MySQL prints it in a column with ``digits`` fractional digits."""
+    text = (f"{value.year:04d}-{value.month:02d}-{value.day:02d} "
+            f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}")
+    return f"{text}.{value.microsecond:06d}"[:20 + digits] if digits else text
+
+
+def _time(spec: ColumnSpec) -> Converter:
+    digits = max(0, min(6, spec.scale))
+
+    def convert(raw: ThlValue) -> Any:
+        if not isinstance(raw, str):
+            return raw
+        return format_time_text(raw, digits)
+    return convert
+
+
+def format_time_text(text: str, digits: int) -> str:
+    """THL TIME text ("[-]H:MM:SS[.ffffff]") as MySQL prints it with ``digits`` digits."""
+    sign = "-" if text.startswith("-") else ""
+    hms, _, frac = text.lstrip("-").partition(".")
+    hours, minutes, seconds = hms.split(":")
+    out = f"{sign}{int(hours):02d}:{minutes}:{seconds}"
+    return f"{out}.{(frac + '000000')[:digits]}" if digits else out
+
+
+def format_timedelta(value: dt.timedelta, digits: int) -> str:
+    """A TIME value (a Python timedelta) as MySQL prints it with ``digits`` digits."""
+    micros = (value.days * 86400 + value.seconds) * 1_000_000 + value.microseconds
+    sign = "-" if micros < 0 else ""
+    secs, frac = divmod(abs(micros), 1_000_000)
+    hours, rest = divmod(secs, 3600)
+    return format_time_text(f"{sign}{hours}:{rest // 60:02d}:{rest % 60:02d}.{frac:06d}",
+                            digits)
+
+
+def _set(raw: ThlValue) -> Any:
+    if not isinstance(raw, str):
+        return raw
+    return raw.split(",") if raw else []
+
+
+def _binary(spec: ColumnSpec) -> Converter:
+    pad = spec.type.upper() == "BINARY" and spec.length > 0
+
+    def convert(raw: ThlValue) -> Any:
+        if isinstance(raw, str):
+            # A binary column whose value arrived as text (see extractor.row_values).
+            raw = raw.encode("utf-8", "surrogateescape")
+        if pad and isinstance(raw, bytes) and len(raw) < spec.length:
+            # The binlog strips BINARY(n)'s trailing 0x00 padding; the column holds n bytes.
+            return raw.ljust(spec.length, b"\x00")
+        return raw
+    return convert
+
+
+def _json(opts: TypeOptions) -> Converter:
+    def number(text: str) -> Any:
+        return _big_int(int(text), opts)
+
+    def convert(raw: ThlValue) -> Any:
+        if raw is None:
+            return None
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+        try:
+            value = json.loads(text, parse_int=number)
+        except ValueError as exc:
+            raise ValueRefused(f"not valid JSON: {exc}") from exc
+        check_keys(value)
+        return value
+    return convert
+
+
+def check_keys(value: Any, path: str = "", depth: int = 0) -> None:
+    """Refuse (ValueRefused) a document key MongoDB cannot store, naming its path."""
+    if depth > MAX_DEPTH:
+        raise ValueRefused(f"nested deeper than {MAX_DEPTH} levels at {path or '(top)'}")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else key
+            problem = refused_key(key)
+            if problem is not None:
+                raise ValueRefused(f"JSON key {key!r} at {where!r} cannot be stored: {problem}")
+            check_keys(item, where, depth + 1)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            check_keys(item, f"{path}[{i}]", depth + 1)
+
+
+def converter(spec: ColumnSpec, opts: TypeOptions, json_text: bool = False) -> Converter:
+    """The function from a column's THL values to its BSON values; ``json_text``: a text
+    column declared to hold JSON (``json_columns``)."""
+    kind = spec.type.upper()
+    if json_text and kind in TEXT_TYPES:
+        return _json(opts)
+    if kind in INTEGER_TYPES:
+        return _integer(opts)
+    if kind in DECIMAL_TYPES:
+        return _decimal(spec, opts)
+    if kind in FLOAT_TYPES:
+        return _float
+    if kind == "DATE":
+        return _date
+    if kind in ("DATETIME", "TIMESTAMP"):
+        return _datetime(spec)
+    if kind == "TIME":
+        return _time(spec)
+    if kind == "SET":
+        return _set
+    if kind == "JSON":
+        return _json(opts)
+    if kind in ("BINARY", "VARBINARY", "BLOB", "GEOMETRY") or (spec.blob and spec.charset
+                                                               is None):
+        return _binary(spec)
+    return _identity
+
+
+def key_converter(spec: ColumnSpec, opts: TypeOptions) -> Converter:
+    """Like ``converter``, for a primary key column: a SET key is its text (``_id`` parts
+    cannot be arrays)."""
+    return _identity if spec.type.upper() == "SET" else converter(spec, opts)
+
+
+def _identity(raw: ThlValue) -> Any:
+    return raw
+
+
+def convert_row(converters: Sequence[Converter], row: Sequence[ThlValue]) -> list[Any]:
+    """One THL row through its columns' converters (ValueRefused names no column: the
+    caller knows which one failed from ``failed_column``)."""
+    return [conv(value) for conv, value in zip(converters, row, strict=True)]
+
+
+def failed_column(converters: Sequence[Converter], row: Sequence[ThlValue]
+                  ) -> tuple[int, str] | None:
+    """The index of the first column whose value is refused, and why (slow path, for
+    errors only)."""
+    for i, (conv, value) in enumerate(zip(converters, row, strict=True)):
+        try:
+            conv(value)
+        except (ValueRefused, ValueError, TypeError) as exc:
+            return i, str(exc)
+    return None

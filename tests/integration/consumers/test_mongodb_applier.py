@@ -1,0 +1,251 @@
+"""The MongoDB applier against the stack's real FerretDB, driven block by block.
+
+These tests call the applier the way the runtime does (connect, position, begin, apply,
+commit) with hand-made THL events, to reach exact situations: a stale write in the middle of
+a block, a crash between the data and the position, a second writer, a replay.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from bson.int64 import Int64
+from pymongo import MongoClient
+
+from consumers.errors import DataError, PositionConflict, TerminalError
+from consumers.heartbeat import Heartbeat
+from consumers.mongodb.applier import MongoApplier
+from consumers.mongodb.config import MongoTarget
+from consumers.position import Position
+from consumers.registry import ApplierContext
+from replicator.config import ServiceSettings
+from stack.services.ferretdb import FerretDB
+from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent, ThlValue
+
+ITEMS = [ColumnSpec(1, "id", "INT", primary_key=True), ColumnSpec(2, "name", "VARCHAR", 40),
+         ColumnSpec(3, "price", "DECIMAL", 12, 2)]
+PAIRS = [ColumnSpec(1, "b", "VARCHAR", 10, primary_key=True),
+         ColumnSpec(2, "a", "INT", primary_key=True), ColumnSpec(3, "v", "TEXT")]
+LOOSE = [ColumnSpec(1, "a", "INT"), ColumnSpec(2, "b", "VARCHAR", 20)]
+
+
+class Target:
+    """One service's database on FerretDB, and appliers for it."""
+
+    def __init__(self, ferretdb: FerretDB) -> None:
+        self.service = f"m{uuid.uuid4().hex[:10]}"
+        self.schema = f"src_{self.service}"
+        self.url = f"mongodb://127.0.0.1:{ferretdb.port}/"
+        self.client: MongoClient[dict[str, Any]] = ferretdb.client()
+
+    def applier(self, **target: Any) -> MongoApplier:
+        cfg = MongoTarget(url=self.url, **target)
+        applier = MongoApplier(cfg, ApplierContext(ServiceSettings(service=self.service), "g"))
+        applier.connect()
+        return applier
+
+    def docs(self, table: str, live: bool = True) -> list[dict[str, Any]]:
+        query = {"_deleted": {"$exists": False}} if live else {}
+        return sorted(self.client[self.schema][table].find(query), key=lambda d: repr(d["_id"]))
+
+    def close(self) -> None:
+        self.client.drop_database(self.schema)
+        self.client.drop_database(f"tungsten_{self.service}")
+        self.client.close()
+
+
+@pytest.fixture
+def target(ferretdb: FerretDB) -> Iterator[Target]:
+    t = Target(ferretdb)
+    try:
+        yield t
+    finally:
+        t.close()
+
+
+def change(schema: str, table: str, action: RowAction, specs: list[ColumnSpec],
+           after: list[list[ThlValue]] | None = None,
+           before: list[list[ThlValue]] | None = None) -> RowChange:
+    return RowChange(action, schema, table, column_specs=specs if after else [],
+                     key_specs=specs if before else [], column_values=after or [],
+                     key_values=before or [])
+
+
+def event(seqno: int, *changes: RowChange) -> ThlEvent:
+    return ThlEvent(seqno=seqno, epoch=0, source_id="src", event_id=f"bin.000001:{seqno:016d};0",
+                    shard_id="s", tstamp=1_700_000_000_000_000, data=list(changes))
+
+
+def block(applier: MongoApplier, *events: ThlEvent) -> None:
+    """One block: begin, apply, commit at the last event's position."""
+    applier.begin()
+    for e in events:
+        applier.apply(e)
+    applier.commit(Position.of(events[-1]))
+
+
+def test_a_stale_write_in_the_middle_of_a_block_does_not_stop_the_writes_after_it(
+        target: Target) -> None:
+    s = target.schema
+    first = target.applier()
+    assert first.position() is None
+    block(first, event(0, change(s, "items", RowAction.INSERT, ITEMS,
+                                 [[i, f"v{i}", "1.00"] for i in range(5)])))
+    block(first, event(10, change(s, "items", RowAction.UPDATE, ITEMS, [[2, "newer", "2.00"]],
+                                  [[2, "v2", "1.00"]])))
+    # A replay from seqno 5 (after `trepctl reset` and `online --from-seqno 5`): id 2 is
+    # already at seqno 10, in the middle of the block; the writes around it must land.
+    replay = target.applier()
+    replay.reset()
+    block(replay, event(5, change(s, "items", RowAction.UPDATE, ITEMS,
+                                  [[1, "one", "1.50"], [2, "stale", "0.01"],
+                                   [3, "three", "3.50"]],
+                                  [[1, "v1", "1.00"], [2, "v2", "1.00"], [3, "v3", "1.00"]])),
+          event(6, change(s, "items", RowAction.INSERT, ITEMS, [[7, "seven", "7.00"]])))
+    docs = {d["_id"]: (d["name"], d["price"], d["_seqno"]) for d in target.docs("items")}
+    assert docs == {0: ("v0", "1.00", 0), 1: ("one", "1.50", 5), 2: ("newer", "2.00", 10),
+                    3: ("three", "3.50", 5), 4: ("v4", "1.00", 0), 7: ("seven", "7.00", 6)}
+    stored = replay.position()
+    assert stored is not None and stored.seqno == 6
+
+
+def test_deletes_leave_tombstones_so_an_older_replay_cannot_resurrect_a_row(
+        target: Target) -> None:
+    s = target.schema
+    applier = target.applier()
+    insert = event(1, change(s, "items", RowAction.INSERT, ITEMS, [[1, "a", "1.00"],
+                                                                  [2, "b", "2.00"]]))
+    block(applier, insert)
+    block(applier, event(2, change(s, "items", RowAction.DELETE, ITEMS,
+                                   before=[[1, "a", "1.00"]])))
+    assert [d["_id"] for d in target.docs("items")] == [2]
+    tomb = [d for d in target.docs("items", live=False) if d["_id"] == 1]
+    assert tomb == [{"_id": 1, "_seqno": 2, "_deleted": True}]
+    applier.reset()
+    block(applier, insert)  # the older insert again: id 1 stays deleted
+    assert [d["_id"] for d in target.docs("items")] == [2]
+
+
+def test_a_block_collapses_to_the_last_write_per_document_and_key_changes_move_rows(
+        target: Target) -> None:
+    s = target.schema
+    applier = target.applier()
+    block(applier,
+          event(1, change(s, "pairs", RowAction.INSERT, PAIRS, [["x", 1, "v"], ["y", 1, None]])),
+          event(2, change(s, "pairs", RowAction.UPDATE, PAIRS, [["z", 1, "moved"]],
+                          [["x", 1, "v"]])),
+          event(3, change(s, "pairs", RowAction.INSERT, PAIRS, [["t", 2, "tmp"]]),
+                change(s, "pairs", RowAction.DELETE, PAIRS, before=[["t", 2, "tmp"]])))
+    live = target.docs("pairs")
+    # _id: the key's columns in table order (b, a), as a sub-document.
+    assert [(d["_id"], d["v"], d["_seqno"]) for d in live] == [
+        ({"b": "y", "a": 1}, None, 1), ({"b": "z", "a": 1}, "moved", 2)]
+    assert [list(d["_id"]) for d in live] == [["b", "a"], ["b", "a"]]
+    gone = {repr(d["_id"]): d["_seqno"] for d in target.docs("pairs", live=False)
+            if d.get("_deleted")}
+    assert gone == {repr({"b": "x", "a": 1}): 2, repr({"b": "t", "a": 2}): 3}
+
+
+def test_keyless_rows_are_applied_once_even_when_a_block_is_applied_again(
+        target: Target) -> None:
+    s = target.schema
+    applier = target.applier()
+    rows: list[list[ThlValue]] = [[1, "dup"], [1, "dup"], [2, None]]
+    events = [event(1, change(s, "loose", RowAction.INSERT, LOOSE, rows)),
+              event(2, change(s, "loose", RowAction.UPDATE, LOOSE, [[1, "one"]], [[1, "dup"]])),
+              event(3, change(s, "loose", RowAction.DELETE, LOOSE, before=[[2, None]])),
+              event(4, change(s, "loose", RowAction.INSERT, LOOSE, [[3, "x"]]))]
+    applier.begin()
+    for e in events:
+        applier.apply(e)
+    # The data is written, then the process dies before the position (apply-before-position).
+    applier._write_block = _die_before_position(applier._write_block)  # type: ignore[method-assign]
+    with pytest.raises(_Died):
+        applier.commit(Position.of(events[-1]))
+    again = target.applier()
+    assert again.position() is None
+    block(again, *events)
+    block(again, *events[2:])  # and a late replay of the last two seqnos
+    values = sorted((d["a"], d["b"] or "") for d in target.docs("loose"))
+    assert values == [(1, "dup"), (1, "one"), (3, "x")]
+
+
+class _Died(Exception):
+    pass
+
+
+def _die_before_position(write_block: Any) -> Any:
+    def wrapped(position: Position, session: Any, marks: Any) -> None:
+        applier = write_block.__self__
+        applier._advance = _raise  # the data lands, the position never does
+        write_block(position, session, marks)
+    return wrapped
+
+
+def _raise(*_: Any) -> None:
+    raise _Died
+
+
+def test_a_second_writer_of_the_position_is_refused(target: Target) -> None:
+    s = target.schema
+    one, two = target.applier(), target.applier()
+    assert one.position() is None and two.position() is None
+    block(one, event(1, change(s, "items", RowAction.INSERT, ITEMS, [[1, "a", "1.00"]])))
+    with pytest.raises(PositionConflict, match="expected stored seqno none, found 1"):
+        block(two, event(1, change(s, "items", RowAction.INSERT, ITEMS, [[1, "a", "1.00"]])))
+    stored = two.position()
+    assert stored is not None and stored.seqno == 1
+    block(two, event(2, change(s, "items", RowAction.INSERT, ITEMS, [[2, "b", "2.00"]])))
+    with pytest.raises(PositionConflict, match="expected stored seqno 1, found 2"):
+        block(one, event(2, change(s, "items", RowAction.INSERT, ITEMS, [[2, "b", "2.00"]])))
+
+
+def test_transactions_on_fails_fast_against_ferretdb_and_auto_picks_off(
+        target: Target) -> None:
+    with pytest.raises(TerminalError, match=re.escape(
+            "transactions: on, but FerretDB v1.24.0 has no multi-document transactions")):
+        target.applier(transactions="on")
+    auto = target.applier(transactions="auto")
+    assert auto.server.ferretdb and auto._transactions is False
+    with pytest.raises(TerminalError, match="no Decimal128"):
+        target.applier(decimal="decimal128")
+
+
+def test_values_ferretdb_takes_and_keys_it_refuses(target: Target) -> None:
+    s = target.schema
+    applier = target.applier(json_columns=[f"{s}.docs.j"])
+    specs = [ColumnSpec(1, "id", "INT", primary_key=True), ColumnSpec(2, "t", "TEXT"),
+             ColumnSpec(3, "j", "TEXT")]
+    # U+0000 in a string: FerretDB 1.24 on SQLite stores it exactly.
+    block(applier, event(1, change(s, "docs", RowAction.INSERT, specs,
+                                   [[1, "a\x00b", '{"k": {"z": [1, 2.5]}}']])))
+    assert target.docs("docs") == [{"_id": 1, "_seqno": 1, "id": 1, "t": "a\x00b",
+                                     "j": {"k": {"z": [1, 2.5]}}}]
+    applier.begin()
+    with pytest.raises(DataError) as refused:
+        applier.apply(event(2, change(s, "docs", RowAction.INSERT, specs,
+                                      [[2, "x", '{"a.b": 1}']])))
+    message = str(refused.value)
+    assert refused.value.seqno == 2 and refused.value.event_id == "bin.000001:0000000000000002;0"
+    assert f"table {s}.docs, column j" in message and "JSON key 'a.b'" in message
+    applier.rollback()
+
+
+def test_heartbeats_land_in_the_tracking_database(target: Target) -> None:
+    import datetime as dt
+    applier = target.applier()
+    applier.position()
+    now = dt.datetime.now(dt.UTC)
+    applier.begin()
+    applier.heartbeat(Heartbeat(id=1, name="hb", salt=7, seqno=3, event_id="e3",
+                                source_tstamp=now - dt.timedelta(seconds=2), target_tstamp=now,
+                                lag_millis=2000))
+    applier.commit(Position(seqno=3, epoch=0, event_id="e3"))
+    beats = list(target.client[f"tungsten_{target.service}"]["heartbeat"].find())
+    assert len(beats) == 1 and beats[0]["_id"] == Int64(1)
+    assert (beats[0]["name"], beats[0]["salt"], beats[0]["lag_millis"], beats[0]["seqno"]) == \
+        ("hb", 7, 2000, 3)

@@ -1,0 +1,137 @@
+"""A MongoDB consumer group end to end (source MariaDB -> THL -> FerretDB): refused data
+and SIGKILLs under load."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stack.service import Service
+from stack.services.mariadb import MariaDB
+from stack.settings import REPO_ROOT
+from trep.runner import Runner
+
+from ..conformance.conftest import Conformance
+from ..conformance.kinds.mongodb import MongoDBKind
+from ..conformance.tables import Table
+from ..processes import kill_leftovers
+from .tables import ACCOUNTS_MYSQL, ACCOUNTS_NAMES, ACCOUNTS_PG, NOPK_MYSQL, NOPK_NAMES, NOPK_PG
+from .workload import MixedWorkload
+
+DOCS = Table("docs", "CREATE TABLE {s}.docs (id INT PRIMARY KEY, j JSON, t TEXT) "
+             "DEFAULT CHARSET=utf8mb4", "", ("id", "j", "t"), ("id",))
+ACCOUNTS = Table("accounts", ACCOUNTS_MYSQL, ACCOUNTS_PG, tuple(ACCOUNTS_NAMES), ("id",))
+NOPK = Table("nopk", NOPK_MYSQL, NOPK_PG, tuple(NOPK_NAMES), ())
+
+
+class _Kind(MongoDBKind):
+    def target(self, service: str) -> dict[str, Any]:
+        return {**super().target(service), "json_columns": ["*.docs.j"]}
+
+
+@pytest.fixture
+def mongo(tmp_path: Path, ferretdb: Service, mariadb_source: MariaDB, kafka: Service,
+          zookeeper: Service) -> Iterator[Conformance]:
+    svc = Conformance(tmp_path, _Kind({"ferretdb": ferretdb}), mariadb_source, kafka,
+                      zookeeper)
+    try:
+        yield svc
+    finally:
+        svc.cleanup()
+
+
+def _ids(svc: Conformance) -> list[int]:
+    return sorted(d["id"] for d in svc.kind.documents(svc.schema, "docs"))  # type: ignore[attr-defined]
+
+
+def test_a_document_the_server_refuses_stops_at_its_seqno_and_skip_goes_past(
+        mongo: Conformance) -> None:
+    svc = mongo
+    svc.start()
+    svc.create(DOCS)
+    table = f"{svc.schema}.docs"
+    svc.src(f"INSERT INTO {table} VALUES (1, '{{\"ok\": [1]}}', 'a\\0b')")
+    last = svc.wait_source_applied()
+    assert svc.trepctl("offline").returncode == 0
+    svc.wait_state("OFFLINE:NORMAL")
+    # One block: a good seqno, a bad one (the good row beside the bad one must not land
+    # either: a transaction is applied whole or not at all), then good ones again.
+    svc.src(f"INSERT INTO {table} VALUES (2, '{{\"fine\": 2}}', 'x')")
+    svc.src(f"INSERT INTO {table} VALUES (3, '{{\"fine\": 3}}', 'x')",
+            f"INSERT INTO {table} VALUES (4, '{{\"a\": {{\"$bad\": 1}}}}', 'x')")
+    svc.src(f"INSERT INTO {table} VALUES (5, '{{\"x.y\": 5}}', 'x')")
+    svc.src(f"INSERT INTO {table} VALUES (6, '[6]', 'x')")
+    assert svc.trepctl("online").returncode == 0
+    status = svc.wait_state("OFFLINE:ERROR")
+    bad = last + 2
+    assert status["pendingErrorSeqno"] == bad and status["appliedLastSeqno"] == bad - 1
+    message = status["pendingExceptionMessage"]
+    assert f"seqno {bad} (event {status['pendingErrorEventId']}), table {table}, column j" \
+        in message and "JSON key '$bad' at 'a.$bad'" in message, message
+    assert _ids(svc) == [1, 2]
+    assert svc.trepctl("online", "--skip-seqno", str(bad)).returncode == 0
+    status = svc.wait_state("OFFLINE:ERROR")
+    assert status["pendingErrorSeqno"] == bad + 1
+    assert "JSON key 'x.y'" in status["pendingExceptionMessage"]
+    assert svc.trepctl("online", "--skip-seqno", str(bad + 1)).returncode == 0
+    svc.wait_source_applied()
+    status = svc.status()
+    assert {bad, bad + 1} <= set(status["skippedSeqnos"])
+    assert _ids(svc) == [1, 2, 6]
+    docs = {d["id"]: d for d in svc.kind.documents(svc.schema, "docs")}  # type: ignore[attr-defined]
+    assert docs[1]["j"] == {"ok": [1]} and docs[1]["t"] == "a\x00b" and docs[6]["j"] == [6]
+
+
+def _spawn_consumer(svc: Conformance) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    env.pop("TREP_CRASH_AT", None)
+    with svc.log_path.open("ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "trep.runner", "-c",
+                                 str(svc.config_path), "--no-extractor"],
+                                stdout=log, stderr=log, env=env, cwd=REPO_ROOT)
+    svc.procs.append(proc)
+    return proc
+
+
+def test_mongodb_group_killed_twenty_times_under_load_converges_row_by_row(
+        mongo: Conformance) -> None:
+    svc = mongo
+    # The extractor in this process; the consumer group in processes killed with SIGKILL.
+    svc.runner = Runner(svc.cfg, extractor=True, consumers=[])
+    svc.runner.start()
+    svc.wait_extractor_online()
+    svc.create(ACCOUNTS, NOPK)
+    # FerretDB scans a collection for every lookup of a keyless row: a steady load, not a
+    # flood, keeps the catch-up short.
+    work = MixedWorkload(svc.source.port, svc.schema, seed=31, rate=80)
+    work.start()
+    rng = random.Random(11)
+    try:
+        for _ in range(20):
+            proc = _spawn_consumer(svc)
+            time.sleep(rng.uniform(1.0, 2.5))
+            assert proc.poll() is None, svc.log_path.read_text()[-3000:]
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(30)
+    finally:
+        committed = work.stop()
+    assert committed > 300
+    proc = _spawn_consumer(svc)
+    try:
+        svc.wait_source_applied(timeout=300)
+        counts = svc.compare(ACCOUNTS, NOPK)
+        # The table without a key is the one a double apply would show (duplicate rows).
+        assert counts["accounts"] > 50 and counts["nopk"] > 5, counts
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, svc.log_path.read_text()[-3000:]
+        kill_leftovers(svc.procs)
