@@ -1,23 +1,25 @@
-"""The README's demo: live replication from the source MariaDB to a MariaDB and a PostgreSQL target.
+"""The README's demo: live replication from the source MariaDB to every target of demo.yml.
 
 Run by ``make demo`` after the stack is up. It
 
-1. sets both consumer groups OFFLINE (``trepctl offline``) and starts one ``trep-run``
+1. sets every consumer group OFFLINE (``trepctl offline``) and starts one ``trep-run``
    process (``python -m trep.runner -c demo/demo.yml``): the extractor and the groups
-   ``mariadb`` and ``postgresql``;
+   ``mariadb``, ``postgresql``, ``elasticsearch``, ``changes`` and ``mongodb``;
 2. commits a marker on the source and waits until the THL holds it, so whatever reached the
    binlog since the last run is in the THL before the demo tables are rebuilt;
 3. puts ``mariadb`` ONLINE from its stored position (it applies that backlog, then the
    rebuild's DDL); drops the PostgreSQL demo schema (that target skips DDL: the applier makes
    the schema and tables again from the THL's row changes) and puts ``postgresql`` ONLINE
-   with ``--from-seqno`` after the marker, as one re-provisions a target;
+   with ``--from-seqno`` after the marker, as one re-provisions a target; ``mongodb`` the
+   same way, its demo collections dropped first;
 4. drops and recreates the demo tables on the source, then commits a few hundred
    transactions of inserts, updates and deletes over two tables, one without a primary key,
    with unicode, NULLs, decimals and binary, while the runner replicates;
 5. shows ``thl list -last 3`` and ``trepctl status``, waits with
    ``trepctl wait -applied <THL tail>``, prints ``thl info``;
-6. compares every demo table on the three servers (row count, and a SHA-256 over the rows
-   normalised to text and sorted), prints the table and exits 1 if anything differs;
+6. compares every demo table on the source and every target (row count, and a SHA-256 over
+   the rows normalised to text and sorted), prints the table and exits 1 if anything
+   differs;
 7. stops the runner with SIGTERM.
 
 Run it again: the THL topic and the positions persist; ``mariadb`` resumes where it stopped
@@ -493,7 +495,7 @@ def demo(cfg: ServiceConfig, runner: subprocess.Popen[bytes], since: float, log:
 
 
 def main() -> int:
-    """Run the demo; 0 when both targets hold exactly the source's demo tables."""
+    """Run the demo; 0 when every target holds exactly the source's demo tables."""
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--transactions", type=int, default=300,

@@ -126,6 +126,14 @@ class _Layout:
                 for i, conv in zip(self.key, self.key_converters, strict=True)}
 
 
+def namespace(cfg: MongoTarget, service: str, schema: str, table: str) -> Namespace:
+    """Where the documents of a source table live: the ``database`` and ``collection``
+    templates, with schema and table escaped in the collection name (``escape_names``)."""
+    escape = escape_name if cfg.escape_names else str
+    return Namespace(cfg.database.format(schema=schema, service=service),
+                     cfg.collection.format(schema=escape(schema), table=escape(table)))
+
+
 class MongoApplier:
     """Applies THL events to one MongoDB deployment (or MongoDB-wire server)."""
 
@@ -311,20 +319,18 @@ class MongoApplier:
         found = self._namespaces.get((schema, table))
         if found is not None:
             return found
-        database = self.cfg.database.format(schema=schema, service=self.service)
-        escape = escape_name if self.cfg.escape_names else str
-        collection = self.cfg.collection.format(schema=escape(schema), table=escape(table))
-        problem = database_problem(database, self.server.ferretdb)
-        what = f"database {database!r}"
+        found = namespace(self.cfg, self.service, schema, table)
+        problem = database_problem(found.database, self.server.ferretdb)
+        what = f"database {found.database!r}"
         if problem is None:
-            problem = collection_problem(database, collection)
-            what = f"collection {collection!r}"
+            problem = collection_problem(found.database, found.collection)
+            what = f"collection {found.collection!r}"
         if problem is not None:
             raise self._data_error(event, f"{schema}.{table}", None,
                                    f"{what} cannot be used on {self.server.name}: {problem}; "
                                    "map the table elsewhere with the target's `database` and "
                                    "`collection` templates, or filter it out")
-        found = self._namespaces[(schema, table)] = Namespace(database, collection)
+        self._namespaces[(schema, table)] = found
         return found
 
     def _layout(self, change: RowChange, specs: list[ColumnSpec], event: ThlEvent) -> _Layout:

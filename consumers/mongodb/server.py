@@ -1,10 +1,11 @@
 """What kind of MongoDB-wire server a target is, from its ``buildInfo`` and ``hello`` answers.
 
 Never from ``hello`` alone: FerretDB 1.24 answers ``hello`` like a server with sessions
-(``logicalSessionTimeoutMinutes``) and silently ignores ``startTransaction`` fields, so a
-transaction there would only look atomic. FerretDB names itself in ``buildInfo``
-(``ferretdbVersion``); a real MongoDB has transactions only as a replica set member (4.0+)
-or behind a mongos (4.2+), never as a standalone mongod.
+(``logicalSessionTimeoutMinutes``) although it has no transactions (1.24 refuses
+``startTransaction`` on an insert; other versions were seen to ignore it, which would only
+look atomic). FerretDB names itself in ``buildInfo`` (``ferretdbVersion``). A real MongoDB
+has transactions as a replica set member or behind a mongos, never as a standalone mongod;
+this applier asks for 4.4+, where a transaction may create the collections it writes.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-#: Replica sets have multi-document transactions from 4.0, sharded clusters from 4.2.
-REPLICA_SET_TRANSACTIONS = (4, 0)
-SHARDED_TRANSACTIONS = (4, 2)
+#: Replica sets have multi-document transactions from 4.0 and sharded clusters from 4.2,
+#: but collections can be created inside one only from 4.4 on.
+TRANSACTIONS_FROM = (4, 4)
 
 
 @dataclass(frozen=True)
@@ -71,23 +72,19 @@ def detect(build_info: Mapping[str, Any], hello: Mapping[str, Any]) -> ServerTra
     set_name = hello.get("setName")
     mongos = hello.get("msg") == "isdbgrid"
     sessions = hello.get("logicalSessionTimeoutMinutes") is not None
-    if set_name:
-        kind = f"replica set {set_name}"
-        ok = version >= REPLICA_SET_TRANSACTIONS and sessions
-        need = "4.0"
-    elif mongos:
-        kind = "sharded cluster (mongos)"
-        ok = version >= SHARDED_TRANSACTIONS and sessions
-        need = "4.2"
+    if set_name or mongos:
+        kind = f"replica set {set_name}" if set_name else "sharded cluster (mongos)"
+        ok = version >= TRANSACTIONS_FROM and sessions
     else:
-        kind, ok, need = "standalone", False, ""
+        kind, ok = "standalone", False
     if ok:
         why = ""
     elif kind == "standalone":
         why = ("a standalone mongod has no multi-document transactions; run it as a "
                "(single-member) replica set")
     else:
-        why = f"MongoDB {shown} as a {kind} has no transactions (they need {need}+)"
+        why = (f"MongoDB {shown} as a {kind} cannot create collections inside a "
+               "transaction (4.4+ can)")
     return ServerTraits(name=f"MongoDB {shown} ({kind})", ferretdb=False, transactions=ok,
                         no_transactions_because=why, decimal128=True,
                         reliable_error_index=True, max_bson_size=max_bson)

@@ -19,6 +19,7 @@ _TARGETS: dict[str, str] = {
     "sql": "demo.targets.sql:SqlDemoTarget",
     "elasticsearch": "demo.targets.elasticsearch:ElasticsearchDemoTarget",
     "changes": "demo.targets.changes:ChangesDemoTarget",
+    "mongodb": "demo.targets.mongodb:MongoDemoTarget",
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -34,9 +35,14 @@ LOOSE = [ColumnSpec(1, "a", "INT"), ColumnSpec(2, "b", "VARCHAR", 20)]
 
 
 class Target:
-    """One service's database on FerretDB, and appliers for it."""
+    """One service's database on FerretDB, and appliers for it.
 
-    def __init__(self, ferretdb: FerretDB) -> None:
+    ``upserts``: write with guarded upserts, as on MongoDB, instead of FerretDB's
+    insert-first path, so both write paths run against a real server.
+    """
+
+    def __init__(self, ferretdb: FerretDB, upserts: bool = False) -> None:
+        self.upserts = upserts
         self.service = f"m{uuid.uuid4().hex[:10]}"
         self.schema = f"src_{self.service}"
         self.url = f"mongodb://127.0.0.1:{ferretdb.port}/"
@@ -46,6 +52,8 @@ class Target:
         cfg = MongoTarget(url=self.url, **target)
         applier = MongoApplier(cfg, ApplierContext(ServiceSettings(service=self.service), "g"))
         applier.connect()
+        if self.upserts:
+            applier.traits = replace(applier.server, scanning_updates=False)
         return applier
 
     def docs(self, table: str, live: bool = True) -> list[dict[str, Any]]:
@@ -58,9 +66,9 @@ class Target:
         self.client.close()
 
 
-@pytest.fixture
-def target(ferretdb: FerretDB) -> Iterator[Target]:
-    t = Target(ferretdb)
+@pytest.fixture(params=["insert-first", "upserts"])
+def target(request: pytest.FixtureRequest, ferretdb: FerretDB) -> Iterator[Target]:
+    t = Target(ferretdb, upserts=request.param == "upserts")
     try:
         yield t
     finally:

@@ -38,6 +38,9 @@ MONGOD_BUILD_INFO: dict[str, Any] = {
                          "target_arch": "x86_64", "target_os": "linux"},
     "bits": 64, "debug": False, "maxBsonObjectSize": 16777216,
     "storageEngines": ["biggie", "devnull", "ephemeralForTest", "wiredTiger"], "ok": 1.0}
+#: The same answer as a 7.0 server gives it (the fields this applier reads: version).
+MONGOD_7: dict[str, Any] = {**MONGOD_BUILD_INFO, "version": "7.0.14",
+                            "versionArray": [7, 0, 14, 0]}
 #: ``hello`` of a standalone mongod and of a replica set primary, in the shape of the
 #: MongoDB manual's examples.
 STANDALONE_HELLO: dict[str, Any] = {
@@ -59,7 +62,7 @@ def test_ferretdb_is_known_by_build_info_not_by_hello() -> None:
     # Even a hello that looked like a replica set's does not give it transactions.
     assert not detect(FERRETDB_BUILD_INFO, REPLICA_SET_HELLO).transactions
     # The same hello with a real mongod's buildInfo is a replica set with transactions.
-    assert detect(MONGOD_BUILD_INFO, {**FERRETDB_HELLO, "setName": "rs0"}).transactions
+    assert detect(MONGOD_7, {**FERRETDB_HELLO, "setName": "rs0"}).transactions
 
 
 def test_transactions_on_against_ferretdb_is_refused_auto_picks_off() -> None:
@@ -72,26 +75,29 @@ def test_transactions_on_against_ferretdb_is_refused_auto_picks_off() -> None:
 
 
 def test_replica_set_has_transactions_standalone_has_none() -> None:
-    rs = detect(MONGOD_BUILD_INFO, REPLICA_SET_HELLO)
+    rs = detect(MONGOD_7, REPLICA_SET_HELLO)
     assert rs.transactions and rs.decimal128 and rs.reliable_error_index
-    assert rs.name == "MongoDB 4.2.9 (replica set rs0)"
+    assert not rs.scanning_updates
+    assert rs.name == "MongoDB 7.0.14 (replica set rs0)"
     assert use_transactions("auto", rs) is True and use_transactions("on", rs) is True
     assert use_transactions("off", rs) is False
-    alone = detect(MONGOD_BUILD_INFO, STANDALONE_HELLO)
+    alone = detect(MONGOD_7, STANDALONE_HELLO)
     assert not alone.transactions and not alone.ferretdb
     with pytest.raises(Unsupported, match="standalone mongod"):
         use_transactions("on", alone)
     assert use_transactions("auto", alone) is False
 
 
-def test_sharded_cluster_needs_4_2_and_replica_set_4_0() -> None:
-    assert detect(MONGOD_BUILD_INFO, MONGOS_HELLO).transactions
-    old = {**MONGOD_BUILD_INFO, "version": "4.0.28", "versionArray": [4, 0, 28, 0]}
-    assert not detect(old, MONGOS_HELLO).transactions
-    assert detect(old, REPLICA_SET_HELLO).transactions
-    older = {**MONGOD_BUILD_INFO, "version": "3.6.23", "versionArray": [3, 6, 23, 0]}
-    traits = detect(older, REPLICA_SET_HELLO)
-    assert not traits.transactions and "need 4.0+" in traits.no_transactions_because
+def test_transactions_need_4_4_where_collections_can_be_created_inside_them() -> None:
+    assert detect(MONGOD_7, MONGOS_HELLO).transactions
+    assert detect({**MONGOD_7, "versionArray": [4, 4, 0, 0]}, REPLICA_SET_HELLO).transactions
+    # The recorded 4.2.9 has transactions, but not collection creation inside them.
+    traits = detect(MONGOD_BUILD_INFO, REPLICA_SET_HELLO)
+    assert not traits.transactions and "(4.4+ can)" in traits.no_transactions_because
+    assert not detect(MONGOD_BUILD_INFO, MONGOS_HELLO).transactions
+    # A version given only as text (no versionArray) is read too.
+    text_only = {k: v for k, v in MONGOD_7.items() if k != "versionArray"}
+    assert detect(text_only, REPLICA_SET_HELLO).name == "MongoDB 7.0.14 (replica set rs0)"
 
 
 def test_decimal128_only_where_the_server_has_it() -> None:
