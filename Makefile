@@ -53,6 +53,8 @@ bench: $(STAMP)
 	$(PY) bench/changes_bench.py
 	$(PY) -m stack up zookeeper kafka mariadb-source mariadb-target
 	$(PY) bench/ops_bench.py
+	$(PY) -m stack up zookeeper kafka mariadb-source ferretdb
+	$(PY) bench/mongodb_bench.py
 
 stack-up: $(STAMP)
 	$(PY) -m stack up

@@ -34,14 +34,16 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from bson.errors import InvalidDocument
 from bson.int64 import Int64
 from pymongo import ASCENDING, DESCENDING, MongoClient
 from pymongo.client_session import ClientSession
 from pymongo.database import Database
-from pymongo.errors import PyMongoError
+from pymongo.errors import BulkWriteError, DocumentTooLarge, PyMongoError
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
@@ -61,6 +63,7 @@ from consumers.mongodb.blocks import (
     chunks,
     fresh,
     key_of,
+    row_document,
 )
 from consumers.mongodb.config import MongoTarget
 from consumers.mongodb.errors import DUPLICATE_KEY, classify, error_text
@@ -77,13 +80,12 @@ from consumers.mongodb.types import (
     OP,
     SEQNO,
     Converter,
+    RowConverter,
     TypeOptions,
     collection_problem,
-    convert_row,
     converter,
     database_problem,
     escape_name,
-    failed_column,
     field_name,
     key_converter,
     refused_field,
@@ -112,7 +114,9 @@ class _Layout:
     table: str
     columns: tuple[str, ...]
     fields: tuple[str, ...]
-    converters: tuple[Converter, ...]
+    #: ``_id``, ``_seqno``, then the fields: the keys of a row's document, in order.
+    doc_keys: tuple[str, ...]
+    convert: RowConverter
     #: Positions of the primary key columns (empty: the table has no key), in key order.
     key: tuple[int, ...]
     key_converters: tuple[Converter, ...]
@@ -148,9 +152,11 @@ class MongoApplier:
             else Atomicity.SEQNO_GUARDED
         self.capabilities = Capabilities(
             atomicity=atomicity, statements=StatementPolicy.SKIP, keyless_tables=True,
-            # Writes collapse per document inside a block, and each block costs a position
-            # write: larger blocks than a SQL target's pay off.
-            block=BlockLimits(events=100, rows=20_000, bytes=16 * 1024 * 1024, ms=500))
+            # Writes collapse per document inside a block, are written ahead every
+            # batch_ops documents while the block goes on, and each block costs a position
+            # write: larger blocks than a SQL target's pay off (the time limit still bounds
+            # the latency).
+            block=BlockLimits(events=1000, rows=20_000, bytes=32 * 1024 * 1024, ms=500))
         self._client: MongoClient[RawDoc] | None = None
         self.traits: ServerTraits | None = None
         self._transactions = False
@@ -158,12 +164,17 @@ class MongoApplier:
         self._layouts: dict[tuple[object, ...], _Layout] = {}
         self._namespaces: dict[tuple[str, str], Namespace] = {}
         self._mark_indexes: set[Namespace] = set()
+        #: Writes the seqnos of an open block already collected while the next ones are
+        #: converted (``_write_ahead``); one request in flight.
+        self._writer: ThreadPoolExecutor | None = None
+        self._inflight: Future[None] | None = None
         # The open block.
         self._open = False
         self._writes = KeyedWrites()
         self._keyless: dict[Namespace, list[KeylessOp]] = {}
         self._beats: list[Heartbeat] = []
         self._seqno = -1
+        self._seqno64 = Int64(-1)
         self._ordinal = 0
         #: Highest ``_op`` applied per keyless collection (None: read it again).
         self._marks: dict[Namespace, tuple[int, int]] = {}
@@ -236,6 +247,9 @@ class MongoApplier:
 
     def close(self) -> None:
         self.rollback()
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
+            self._writer = None
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -250,6 +264,10 @@ class MongoApplier:
         self._seqno = -1
 
     def rollback(self) -> None:
+        try:
+            self._wait()
+        except Exception as exc:  # the block is abandoned anyway; rollback never raises
+            log.debug("%s: abandoned write: %s", self.target, exc)
         self._open = False
         self._writes = KeyedWrites()
         self._keyless = {}
@@ -263,6 +281,11 @@ class MongoApplier:
         if event.seqno != self._seqno or event.fragno == 0:
             # Row ordinals count across the fragments of a seqno.
             self._seqno, self._ordinal = event.seqno, 0
+            self._seqno64 = Int64(event.seqno)
+            if not self._transactions and (
+                    len(self._writes) + sum(map(len, self._keyless.values()))
+                    >= self.cfg.batch_ops):
+                self._write_ahead()
         for item in event.data:
             if isinstance(item, RowChange):
                 self._rows(item, event)
@@ -274,10 +297,43 @@ class MongoApplier:
         """What the open block will write: collapsed writes, and keyless changes in order."""
         return self._writes.by_namespace(), {ns: list(ops) for ns, ops in self._keyless.items()}
 
+    def _write_ahead(self) -> None:
+        """Hand the seqnos collected so far to the writer thread, and go on converting.
+
+        Only on a seqno boundary (the writes of one seqno stay together: a guarded write
+        never follows another of the same seqno) and with one request in flight: the last
+        hand-over must have finished first. The block's position is still written only by
+        ``commit``, after everything; a write error surfaces at the next hand-over or at the
+        commit, with the seqno of the write.
+        """
+        self._mapped(self._wait, "writing ahead")
+        writes, keyless, self._writes, self._keyless = self._writes, self._keyless, \
+            KeyedWrites(), {}
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mongodb-write")
+        self._inflight = self._writer.submit(self._write_data, writes, keyless, None,
+                                             self._marks)
+
+    def _wait(self) -> None:
+        job, self._inflight = self._inflight, None
+        if job is not None:
+            job.result()
+
+    def _mapped(self, call: Callable[[], None], doing: str, seqno: int = -1) -> None:
+        """``call()`` with pymongo's and BSON's errors as the consumer's."""
+        try:
+            call()
+        except Unencodable as exc:
+            raise self._data_error(exc.write, exc.write.table, None, str(exc)) from exc
+        except PyMongoError as exc:
+            raise classify(exc, self.target, doing, seqno) from exc
+
     def commit(self, position: Position) -> None:
         if not self._open:
             raise RuntimeError("no open block: begin() first")
         try:
+            self._mapped(self._wait, f"committing up to seqno {position.seqno}",
+                         position.seqno)
             if self._transactions:
                 self._commit_in_transaction(position)
             else:
@@ -301,12 +357,17 @@ class MongoApplier:
             session.with_transaction(block, read_concern=ReadConcern("snapshot"),
                                      write_concern=WriteConcern("majority"))
 
+    def _write_data(self, writes: KeyedWrites, keyless: dict[Namespace, list[KeylessOp]],
+                    session: ClientSession | None,
+                    marks: dict[Namespace, tuple[int, int]]) -> None:
+        for ns, run in writes.by_namespace().items():
+            self._guarded(ns, run, session)
+        for ns, ops in keyless.items():
+            self._apply_keyless(ns, ops, session, marks)
+
     def _write_block(self, position: Position, session: ClientSession | None,
                      marks: dict[Namespace, tuple[int, int]]) -> None:
-        for ns, writes in self._writes.by_namespace().items():
-            self._guarded(ns, writes, session)
-        for ns, ops in self._keyless.items():
-            self._apply_keyless(ns, ops, session, marks)
+        self._write_data(self._writes, self._keyless, session, marks)
         if self._beats:
             self._guarded(Namespace(self.tracking_db, HEARTBEAT),
                           [self._beat(b) for b in self._beats], session)
@@ -353,9 +414,9 @@ class MongoApplier:
         if len(set(fields)) != len(fields):
             raise self._data_error(event, table, None, "two columns map to the same field")
         key = tuple(i for i, c in enumerate(specs) if c.primary_key)
-        found = _Layout(ns, table, tuple(c.name for c in specs), fields,
-                        tuple(converter(c, self._types, self.cfg.is_json(
-                            change.schema, change.table, c.name)) for c in specs), key,
+        found = _Layout(ns, table, tuple(c.name for c in specs), fields, (ID, SEQNO, *fields),
+                        RowConverter([converter(c, self._types, self.cfg.is_json(
+                            change.schema, change.table, c.name)) for c in specs]), key,
                         tuple(key_converter(specs[i], self._types) for i in key))
         self._layouts[signature] = found
         return found
@@ -363,9 +424,9 @@ class MongoApplier:
     def _convert(self, layout: _Layout, row: Sequence[ThlValue], event: ThlEvent
                  ) -> list[Any]:
         try:
-            return convert_row(layout.converters, row)
+            return layout.convert(row)
         except (ValueError, TypeError) as exc:
-            failed = failed_column(layout.converters, row)
+            failed = layout.convert.failed(row)
             column, why = (layout.columns[failed[0]], failed[1]) if failed else (None, str(exc))
             raise self._data_error(event, layout.table, column,
                                    f"the value cannot be stored: {why}") from exc
@@ -408,9 +469,10 @@ class MongoApplier:
         if after is not None and new is not None:
             values = self._convert(after, new, event)
             ident = self._ident(after, new, event)
+            # The row converter checked the width: the keys and values pair up.
+            doc = dict(zip(after.doc_keys, [ident, self._seqno64, *values], strict=False))
             self._writes.add(after.ns, Write(event.seqno, self._next(), event.event_id,
-                                             after.table, ident,
-                                             dict(zip(after.fields, values, strict=True))))
+                                             after.table, ident, doc))
 
     def _keyless_row(self, event: ThlEvent, layout: _Layout, after: _Layout | None,
                      new: Sequence[ThlValue] | None, before: _Layout | None,
@@ -425,12 +487,12 @@ class MongoApplier:
     def _beat(self, beat: Heartbeat) -> Write:
         def naive(value: dt.datetime | None) -> dt.datetime | None:
             return value.astimezone(dt.UTC).replace(tzinfo=None) if value else None
-        doc = {"seqno": Int64(beat.seqno), "eventid": beat.event_id,
-               "source_tstamp": naive(beat.source_tstamp),
-               "target_tstamp": naive(beat.target_tstamp), "lag_millis": beat.lag_millis,
-               "salt": beat.salt, "name": beat.name}
+        fields = {"seqno": Int64(beat.seqno), "eventid": beat.event_id,
+                  "source_tstamp": naive(beat.source_tstamp),
+                  "target_tstamp": naive(beat.target_tstamp), "lag_millis": beat.lag_millis,
+                  "salt": beat.salt, "name": beat.name}
         return Write(beat.seqno, 0, beat.event_id, f"{self.tracking_db}.{HEARTBEAT}",
-                     Int64(beat.id), doc)
+                     Int64(beat.id), row_document(Int64(beat.id), beat.seqno, fields.items()))
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -499,17 +561,17 @@ class MongoApplier:
         """Guarded writes where every update statement scans the collection (FerretDB).
 
         Documents that do not exist yet (most rows of an insert) go in with one unordered
-        insert; for the ones that collide with an existing ``_id``, the stored ``_seqno``s
-        are read in one query, the already applied ones are left alone, and the others are
-        deleted and inserted again, each in one statement: three scans per command instead
-        of one per document. A crash between that delete and insert leaves those documents
-        missing until the runtime applies the block again from the stored position.
+        ``insert_many``; for the ones that collide with an existing ``_id``, the stored
+        ``_seqno``s are read, the already applied ones are left alone, and the others are
+        deleted and inserted again, each in one statement: a few scans per thousand
+        documents instead of one per document. A crash between that delete and insert
+        leaves those documents missing until the runtime applies the block again from the
+        stored position (which it does first).
         """
-        for run in chunks(writes, self.cfg.batch_ops):
-            taken = self._insert(ns, run)
-            if not taken:
-                continue
-            newer = fresh(taken, self._stored_seqnos(ns, taken, None))
+        taken = self._insert(ns, writes)
+        for start in range(0, len(taken), self.cfg.batch_ops):
+            run = taken[start:start + self.cfg.batch_ops]
+            newer = fresh(run, self._stored_seqnos(ns, run, None))
             if not newer:
                 continue
             coll = self.client[ns.database][ns.collection]
@@ -519,19 +581,29 @@ class MongoApplier:
 
     def _insert(self, ns: Namespace, writes: list[Write], duplicates_refused: bool = False
                 ) -> list[Write]:
-        """Insert the documents of these writes (unordered); the ones whose ``_id`` exists."""
-        self._check_sizes(writes)
-        db: Database[RawDoc] = self.client[ns.database]
-        reply = db.command({"insert": ns.collection, "documents": [w.raw for w in writes],
-                            "ordered": False})
-        taken = []
-        for error in reply.get("writeErrors") or []:
-            index = int(error.get("index", -1))
-            w = writes[index] if 0 <= index < len(writes) else writes[0]
-            if error.get("code") != DUPLICATE_KEY or duplicates_refused:
-                raise self._refused(w, error)
-            taken.append(w)
-        return taken
+        """Insert the documents of these writes (unordered); the ones whose ``_id`` exists.
+
+        Through ``insert_many``: pymongo sends the documents as OP_MSG document sequences,
+        which FerretDB takes faster than one command document holding them all.
+        """
+        coll = self.client[ns.database][ns.collection]
+        try:
+            coll.insert_many([w.document() for w in writes], ordered=False)
+        except BulkWriteError as exc:
+            taken = []
+            for error in exc.details.get("writeErrors") or []:
+                index = int(error.get("index", -1))
+                w = writes[index] if 0 <= index < len(writes) else writes[0]
+                if error.get("code") != DUPLICATE_KEY or duplicates_refused:
+                    raise self._refused(w, error) from exc
+                taken.append(w)
+            return taken
+        except (DocumentTooLarge, InvalidDocument) as exc:
+            # Slow path, for the error only: encode each to find the culprit.
+            self._check_sizes(writes)
+            raise classify(exc, self.target, f"inserting into {ns}", writes[-1].seqno,
+                           writes[-1].event_id) from exc
+        return []
 
     def _one_by_one(self, ns: Namespace, writes: list[Write]) -> None:
         """Each write alone, to tell an already applied one from the one the server refuses."""

@@ -51,7 +51,8 @@ class Namespace(NamedTuple):
 
 @dataclass(slots=True)
 class Write:
-    """One guarded replace of one document: the row (``doc``) or a tombstone (None)."""
+    """One guarded replace of one document: the row (``doc``, the whole replacement with
+    ``_id`` and ``_seqno`` first: see ``row_document``) or a tombstone (None)."""
 
     seqno: int
     #: Order of the change inside its seqno (across fragments).
@@ -61,21 +62,14 @@ class Write:
     table: str
     ident: Any
     doc: dict[str, Any] | None
-    #: Extra fields written with the document (``_op`` of a keyless row).
-    extra: dict[str, Any] | None = None
     #: The encoded replacement, once ``encode`` ran.
     raw: RawBSONDocument | None = field(default=None, repr=False)
 
     def document(self) -> dict[str, Any]:
-        """The replacement document: ``_id``, ``_seqno``, then the row or the tombstone mark."""
-        out: dict[str, Any] = {ID: self.ident, SEQNO: Int64(self.seqno)}
-        if self.extra:
-            out.update(self.extra)
-        if self.doc is None:
-            out[DELETED] = True
-        else:
-            out.update(self.doc)
-        return out
+        """The replacement document: the row, or a tombstone."""
+        if self.doc is not None:
+            return self.doc
+        return {ID: self.ident, SEQNO: Int64(self.seqno), DELETED: True}
 
     def encode(self) -> int:
         """Encode the replacement once (its size in bytes)."""
@@ -91,6 +85,14 @@ class Write:
         self.encode()
         return {"q": {ID: self.ident, SEQNO: {"$lt": Int64(self.seqno)}}, "u": self.raw,
                 "upsert": True}
+
+
+def row_document(ident: Any, seqno: int, fields: Iterable[tuple[str, Any]]
+                 ) -> dict[str, Any]:
+    """A row's document: ``_id``, ``_seqno``, then its fields in column order."""
+    doc: dict[str, Any] = {ID: ident, SEQNO: Int64(seqno)}
+    doc.update(fields)
+    return doc
 
 
 def key_of(ident: Any) -> Any:
@@ -150,8 +152,10 @@ class KeylessOp:
 
     def insert(self) -> Write:
         """The guarded write of an inserted row."""
-        return Write(self.seqno, self.ordinal, self.event_id, self.table,
-                     f"{self.seqno}:{self.ordinal}", self.after)
+        ident = f"{self.seqno}:{self.ordinal}"
+        return Write(self.seqno, self.ordinal, self.event_id, self.table, ident,
+                     None if self.after is None else row_document(ident, self.seqno,
+                                                                  self.after.items()))
 
     @property
     def mark(self) -> tuple[int, int]:

@@ -76,8 +76,10 @@ class MongoTarget(BaseModel):
     #: LONGTEXT to the binlog, so its JSON columns must be named here; a MySQL JSON column
     #: is embedded without. A named column whose value is not JSON stops the group.
     json_columns: list[str] = Field(default_factory=list)
-    #: Write operations per command at most (also bounded by 8 MiB of documents).
-    batch_ops: int = Field(1000, gt=0, le=100_000)
+    #: Write operations per command at most (also bounded by 8 MiB of documents); also how
+    #: many documents of an open block are collected before they are written ahead, while
+    #: the block goes on (its position is still written last).
+    batch_ops: int = Field(5000, gt=0, le=100_000)
     #: How long to look for a usable server before calling the target down (milliseconds).
     server_selection_timeout_ms: int = Field(5000, gt=0)
 

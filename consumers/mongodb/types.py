@@ -298,12 +298,16 @@ def check_keys(value: Any, path: str = "", depth: int = 0) -> None:
 
 def converter(spec: ColumnSpec, opts: TypeOptions, json_text: bool = False) -> Converter:
     """The function from a column's THL values to its BSON values; ``json_text``: a text
-    column declared to hold JSON (``json_columns``)."""
+    column declared to hold JSON (``json_columns``). ``identity`` where the THL value is
+    already the BSON value."""
     kind = spec.type.upper()
     if json_text and kind in TEXT_TYPES:
         return _json(opts)
     if kind in INTEGER_TYPES:
-        return _integer(opts)
+        # Only BIGINT UNSIGNED and BIT(64) can leave signed 64 bits (the THL has them as
+        # text then); every other integer column is a plain int already.
+        wide = (kind == "BIGINT" and spec.unsigned) or (kind == "BIT" and spec.length > 63)
+        return _integer(opts) if wide else identity
     if kind in DECIMAL_TYPES:
         return _decimal(spec, opts)
     if kind in FLOAT_TYPES:
@@ -321,32 +325,44 @@ def converter(spec: ColumnSpec, opts: TypeOptions, json_text: bool = False) -> C
     if kind in ("BINARY", "VARBINARY", "BLOB", "GEOMETRY") or (spec.blob and spec.charset
                                                                is None):
         return _binary(spec)
-    return _identity
+    return identity
 
 
 def key_converter(spec: ColumnSpec, opts: TypeOptions) -> Converter:
     """Like ``converter``, for a primary key column: a SET key is its text (``_id`` parts
     cannot be arrays)."""
-    return _identity if spec.type.upper() == "SET" else converter(spec, opts)
+    return identity if spec.type.upper() == "SET" else converter(spec, opts)
 
 
-def _identity(raw: ThlValue) -> Any:
+def identity(raw: ThlValue) -> Any:
+    """The converter of a column whose THL values are BSON values as they are."""
     return raw
 
 
-def convert_row(converters: Sequence[Converter], row: Sequence[ThlValue]) -> list[Any]:
-    """One THL row through its columns' converters (ValueRefused names no column: the
-    caller knows which one failed from ``failed_column``)."""
-    return [conv(value) for conv, value in zip(converters, row, strict=True)]
+class RowConverter:
+    """A row's converters, calling only those that change something (the hot path)."""
 
+    def __init__(self, converters: Sequence[Converter]) -> None:
+        self.converters = tuple(converters)
+        self._special = tuple((i, c) for i, c in enumerate(self.converters)
+                              if c is not identity)
 
-def failed_column(converters: Sequence[Converter], row: Sequence[ThlValue]
-                  ) -> tuple[int, str] | None:
-    """The index of the first column whose value is refused, and why (slow path, for
-    errors only)."""
-    for i, (conv, value) in enumerate(zip(converters, row, strict=True)):
-        try:
-            conv(value)
-        except (ValueRefused, ValueError, TypeError) as exc:
-            return i, str(exc)
-    return None
+    def __call__(self, row: Sequence[ThlValue]) -> list[Any]:
+        """The BSON values of one THL row (ValueRefused, ValueError or TypeError if a value
+        cannot be stored: ``failed`` says which column)."""
+        if len(row) != len(self.converters):
+            raise ValueRefused(f"the row has {len(row)} values for "
+                               f"{len(self.converters)} columns")
+        values = list(row)
+        for i, conv in self._special:
+            values[i] = conv(values[i])
+        return values
+
+    def failed(self, row: Sequence[ThlValue]) -> tuple[int, str] | None:
+        """The first column whose value is refused, and why (slow path, for errors only)."""
+        for i, (conv, value) in enumerate(zip(self.converters, row, strict=False)):
+            try:
+                conv(value)
+            except (ValueRefused, ValueError, TypeError) as exc:
+                return i, str(exc)
+        return None

@@ -257,3 +257,43 @@ def test_heartbeats_land_in_the_tracking_database(target: Target) -> None:
     assert len(beats) == 1 and beats[0]["_id"] == Int64(1)
     assert (beats[0]["name"], beats[0]["salt"], beats[0]["lag_millis"], beats[0]["seqno"]) == \
         ("hb", 7, 2000, 3)
+
+
+def test_writes_ahead_of_the_commit_keep_their_order_and_their_errors(target: Target) -> None:
+    s = target.schema
+    applier = target.applier(batch_ops=2)
+    applier.position()
+    events = [event(1, change(s, "items", RowAction.INSERT, ITEMS, [[1, "a", "1.00"],
+                                                                    [2, "b", "2.00"]])),
+              event(2, change(s, "items", RowAction.UPDATE, ITEMS, [[1, "a2", "1.50"]],
+                              [[1, "a", "1.00"]])),
+              event(3, change(s, "loose", RowAction.INSERT, LOOSE, [[1, "x"], [1, "x"]])),
+              event(4, change(s, "items", RowAction.DELETE, ITEMS, before=[[2, "b", "2.00"]]),
+                    change(s, "loose", RowAction.UPDATE, LOOSE, [[1, "y"]], [[1, "x"]])),
+              event(5, change(s, "items", RowAction.INSERT, ITEMS, [[2, "again", "3.00"]]))]
+    applier.begin()
+    for e in events[:4]:
+        applier.apply(e)
+    applier._wait()  # the writer has taken seqnos 1-3 while 4 was being converted
+    assert [(d["_id"], d["name"]) for d in target.docs("items")] == [(1, "a2"), (2, "b")]
+    assert applier.position() is None  # nothing committed yet
+    applier.apply(events[4])
+    applier.commit(Position.of(events[4]))
+    assert [(d["_id"], d["name"], d["_seqno"]) for d in target.docs("items")] == [
+        (1, "a2", 2), (2, "again", 5)]
+    assert sorted(d["b"] for d in target.docs("loose")) == ["x", "y"]
+    stored = applier.position()
+    assert stored is not None and stored.seqno == 5
+    # A write refused in the writer thread stops the block with the seqno of that write: a
+    # unique index of the user's own refuses a duplicate name.
+    target.client[s]["items"].create_index("name", unique=True)
+    applier.begin()
+    applier.apply(event(6, change(s, "items", RowAction.INSERT, ITEMS, [[7, "a2", "1.00"]])))
+    applier.apply(event(7, change(s, "items", RowAction.INSERT, ITEMS, [[8, "ok", "1.00"]])))
+    with pytest.raises(DataError) as refused:
+        applier.commit(Position.of(event(7)))
+    assert refused.value.seqno == 6 and f"seqno 6 (event {refused.value.event_id}), table " \
+        f"{s}.items: a unique index other than _id refuses the document" in str(refused.value)
+    applier.rollback()
+    stored = applier.position()
+    assert stored is not None and stored.seqno == 5

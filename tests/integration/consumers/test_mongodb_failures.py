@@ -35,7 +35,8 @@ NOPK = Table("nopk", NOPK_MYSQL, NOPK_PG, tuple(NOPK_NAMES), ())
 
 class _Kind(MongoDBKind):
     def target(self, service: str) -> dict[str, Any]:
-        return {**super().target(service), "json_columns": ["*.docs.j"]}
+        # Small write-ahead batches: kills land while a block is half written ahead too.
+        return {**super().target(service), "json_columns": ["*.docs.j"], "batch_ops": 25}
 
 
 @pytest.fixture

@@ -10,7 +10,15 @@ from bson.int64 import Int64
 
 from consumers.errors import DataError
 from consumers.mongodb.applier import MongoApplier
-from consumers.mongodb.blocks import KeyedWrites, KeylessOp, Namespace, Write, chunks, fresh
+from consumers.mongodb.blocks import (
+    KeyedWrites,
+    KeylessOp,
+    Namespace,
+    Write,
+    chunks,
+    fresh,
+    row_document,
+)
 from consumers.mongodb.config import MongoTarget
 from consumers.mongodb.server import detect
 from consumers.registry import ApplierContext
@@ -24,8 +32,15 @@ ITEMS = [ColumnSpec(1, "id", "INT", primary_key=True), ColumnSpec(2, "name", "VA
 LOOSE = [ColumnSpec(1, "a", "INT"), ColumnSpec(2, "b", "VARCHAR", 20)]
 
 
-def write(seqno: int, ident: Any, doc: dict[str, Any] | None = None) -> Write:
+def write(seqno: int, ident: Any, fields: dict[str, Any] | None = None) -> Write:
+    doc = None if fields is None else row_document(ident, seqno, fields.items())
     return Write(seqno, 1, f"e{seqno}", "shop.items", ident, doc)
+
+
+def row(w: Write) -> dict[str, Any] | None:
+    """A write's row fields (None for a tombstone)."""
+    return None if w.doc is None else {k: v for k, v in w.doc.items()
+                                       if k not in ("_id", "_seqno")}
 
 
 def test_the_last_write_of_a_document_wins_in_the_order_of_last_writes() -> None:
@@ -37,7 +52,7 @@ def test_the_last_write_of_a_document_wins_in_the_order_of_last_writes() -> None
     block.add(NS, write(3, {"a": 1, "b": "x"}, None))
     block.add(NS, write(4, {"a": 1, "b": "x"}, {"v": "back"}))
     got = block.by_namespace()
-    assert [(w.seqno, w.ident, w.doc) for w in got[NS]] == [
+    assert [(w.seqno, w.ident, row(w)) for w in got[NS]] == [
         (1, 2, {"v": "b"}), (2, 1, {"v": "c"}), (4, {"a": 1, "b": "x"}, {"v": "back"})]
     assert [(w.seqno, w.ident) for w in got[Namespace("shop", "other")]] == [(2, 1)]
     assert len(block) == 4
@@ -101,8 +116,9 @@ def test_insert_update_delete_of_one_key_in_a_block_is_one_tombstone() -> None:
     applier.apply(_event(3, _rows(RowAction.DELETE, ITEMS, before=[[1, "a2"]])))
     writes, keyless = applier.pending()
     assert keyless == {}
-    assert [(w.seqno, w.ident, w.doc) for w in writes[NS]] == [
+    assert [(w.seqno, w.ident, row(w)) for w in writes[NS]] == [
         (1, 2, {"id": 2, "name": "b"}), (3, 1, None)]
+    assert list(writes[NS][0].document()) == ["_id", "_seqno", "id", "name"]
 
 
 def test_key_changes_delete_the_old_key_and_write_the_new_one() -> None:
@@ -119,8 +135,8 @@ def test_key_changes_delete_the_old_key_and_write_the_new_one() -> None:
     # An update that keeps its key writes one document, no tombstone.
     applier.begin()
     applier.apply(_event(2, _rows(RowAction.UPDATE, ITEMS, [[5, "new"]], [[5, "old"]])))
-    assert [(w.ident, w.doc) for w in applier.pending()[0][NS]] == [
-        (5, {"id": 5, "name": "new"})]
+    assert [w.document() for w in applier.pending()[0][NS]] == [
+        {"_id": 5, "_seqno": 2, "id": 5, "name": "new"}]
 
 
 def test_row_ordinals_count_across_the_fragments_of_a_seqno() -> None:
