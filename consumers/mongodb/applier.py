@@ -176,7 +176,7 @@ class MongoApplier:
         self._seqno = -1
         self._seqno64 = Int64(-1)
         self._ordinal = 0
-        #: Highest ``_op`` applied per keyless collection (None: read it again).
+        #: Highest ``_op`` applied per keyless collection (missing: read it from the target).
         self._marks: dict[Namespace, tuple[int, int]] = {}
         #: The seqno stored on the target as this applier last read, cleared or wrote it.
         self._expected: int | None = None
@@ -396,7 +396,8 @@ class MongoApplier:
 
     def _layout(self, change: RowChange, specs: list[ColumnSpec], event: ThlEvent) -> _Layout:
         signature = (change.schema, change.table, *[
-            (c.name, c.type, c.length, c.scale, c.primary_key, c.blob, c.charset is None)
+            (c.name, c.type, c.length, c.scale, c.unsigned, c.primary_key, c.blob,
+             c.charset is None)
             for c in specs])
         found = self._layouts.get(signature)
         if found is not None:
