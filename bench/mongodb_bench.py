@@ -23,7 +23,8 @@ raw write right after it. The machines this runs on are shared: one run of eithe
 off by half, and a pair sees about the same load.
 Reported per block size: wall seconds (including process start-up, ZooKeeper, Kafka and the
 epoch handshake), rows/s on that wall time, the steady rate (first to last block commit), CPU
-seconds of the consumer process and per million rows, and the ratios to the raw write.
+seconds of the consumer process, per million rows overall and while steady (start-up left
+out), and the ratios to the raw write.
 Everything the benchmark created is removed afterwards. Not a test: nothing is asserted.
 """
 
@@ -62,12 +63,15 @@ ROOT = Path(__file__).resolve().parent.parent
 GROUP = "mongodb_b{block}"
 
 
-def write_config(service: str, schema: str, blocks: list[int], block_ms: int | None
-                 ) -> Path:
+def write_config(service: str, schema: str, blocks: list[int], block_ms: int | None,
+                 batch_ops: int | None) -> Path:
     """The benchmark service: one MongoDB consumer group per block size."""
+    target: dict[str, Any] = {"type": "mongodb",
+                              "url": f"mongodb://127.0.0.1:{port('ferretdb')}/"}
+    if batch_ops is not None:
+        target["batch_ops"] = batch_ops
     consumers: dict[str, Any] = {GROUP.format(block=b): {
-        "target": {"type": "mongodb", "url": f"mongodb://127.0.0.1:{port('ferretdb')}/"},
-        "block_commit_events": b} for b in blocks}
+        "target": target, "block_commit_events": b} for b in blocks}
     if block_ms is not None:
         for group in consumers.values():
             group["block_commit_ms"] = block_ms
@@ -127,7 +131,7 @@ def measure_apply(cfg: ServiceConfig, config: Path, group: str, schema: str, tai
         started = time.monotonic()
         proc = start_runner(config, log, "--no-extractor", "--consumer", group)
         first_commit: tuple[float, int] | None = None
-        cpu = 0.0
+        cpu = first_cpu = 0.0
         now = started
         try:
             while True:
@@ -135,6 +139,7 @@ def measure_apply(cfg: ServiceConfig, config: Path, group: str, schema: str, tai
                 now = time.monotonic()
                 if seqno >= 0 and first_commit is None:
                     first_commit = (now, seqno)
+                    first_cpu = cpu_seconds(proc.pid)
                 if seqno >= tail:
                     break
                 if proc.poll() is not None:
@@ -160,8 +165,11 @@ def measure_apply(cfg: ServiceConfig, config: Path, group: str, schema: str, tai
     }
     if first_commit is not None and now > first_commit[0]:
         steady_events = tail - first_commit[1]
-        result["steady_rows_per_second"] = round(
-            rows * steady_events / events / (now - first_commit[0]))
+        steady_rows = rows * steady_events / events
+        result["steady_rows_per_second"] = round(steady_rows / (now - first_commit[0]))
+        # Start-up (imports, connections) left out: CPU per row while applying.
+        result["steady_cpu_seconds_per_million_rows"] = round(
+            (cpu - first_cpu) / steady_rows * 1e6, 1)
         result["startup_seconds"] = round(first_commit[0] - started, 2)
     return result
 
@@ -184,6 +192,7 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
                            "repeats": len(runs)}
     for key in ("wall_seconds", "rows_per_second", "steady_rows_per_second",
                 "startup_seconds", "cpu_seconds", "cpu_seconds_per_million_rows",
+                "steady_cpu_seconds_per_million_rows",
                 "ratio_to_raw_bulk_write", "steady_ratio_to_raw_bulk_write"):
         values = [r[key] for r in runs if key in r]
         if values:
@@ -231,15 +240,17 @@ def main() -> int:
     """Run the benchmark; the JSON goes to ``--out`` and stdout."""
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=50_000, help="rows in the THL")
+    parser.add_argument("--rows", type=int, default=100_000, help="rows in the THL")
     parser.add_argument("--txn-rows", type=int, default=10,
                         help="rows per source transaction (one THL event each)")
-    parser.add_argument("--blocks", default="100",
+    parser.add_argument("--blocks", default="1000,100",
                         help="block_commit_events values to measure, comma-separated")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="seconds one apply run may take at most")
     parser.add_argument("--block-ms", type=int, default=None,
                         help="block_commit_ms of every group (default: the applier's)")
+    parser.add_argument("--batch-ops", type=int, default=None,
+                        help="the target's batch_ops (default: the applier's)")
     parser.add_argument("--repeat", type=int, default=3,
                         help="runs of each measurement (medians are reported)")
     parser.add_argument("--keep", action="store_true",
@@ -250,7 +261,7 @@ def main() -> int:
     blocks = [int(b) for b in args.blocks.split(",") if b.strip()]
     service = f"mongo{uuid.uuid4().hex[:6]}"
     schema = f"mbench_{service}"
-    config = write_config(service, schema, blocks, args.block_ms)
+    config = write_config(service, schema, blocks, args.block_ms, args.batch_ops)
     cfg = load_config(config)
     rows = make_rows(args.rows)
     runs = []

@@ -79,7 +79,7 @@ class MongoTarget(BaseModel):
     #: Write operations per command at most (also bounded by 8 MiB of documents); also how
     #: many documents of an open block are collected before they are written ahead, while
     #: the block goes on (its position is still written last).
-    batch_ops: int = Field(5000, gt=0, le=100_000)
+    batch_ops: int = Field(2000, gt=0, le=100_000)
     #: How long to look for a usable server before calling the target down (milliseconds).
     server_selection_timeout_ms: int = Field(5000, gt=0)
 
