@@ -41,15 +41,34 @@ class _Kind(MongoDBKind):
         return {**super().target(service), "json_columns": ["*.docs.j"], "batch_ops": 25}
 
 
+class _TransactionsOn(MongoDBKind):
+    def target(self, service: str) -> dict[str, Any]:
+        return {**super().target(service), "transactions": "on"}
+
+
 @pytest.fixture
-def mongo(tmp_path: Path, ferretdb: Service, mariadb_source: MariaDB, kafka: Service,
-          zookeeper: Service) -> Iterator[Conformance]:
-    svc = Conformance(tmp_path, _Kind({"ferretdb": ferretdb}), mariadb_source, kafka,
+def mongo(request: pytest.FixtureRequest, tmp_path: Path, ferretdb: Service,
+          mariadb_source: MariaDB, kafka: Service, zookeeper: Service) -> Iterator[Conformance]:
+    kind = getattr(request, "param", _Kind)
+    svc = Conformance(tmp_path, kind({"ferretdb": ferretdb}), mariadb_source, kafka,
                       zookeeper)
     try:
         yield svc
     finally:
         svc.cleanup()
+
+
+@pytest.mark.parametrize("mongo", [_TransactionsOn], indirect=True)
+def test_transactions_on_against_ferretdb_stops_the_group_at_once(
+        mongo: Conformance) -> None:
+    svc = mongo
+    started = time.monotonic()
+    svc.start()
+    status = svc.wait_state("OFFLINE:ERROR", timeout=60)
+    assert time.monotonic() - started < 30
+    assert status["pendingErrorCode"] == "TERMINAL"
+    assert "transactions: on, but FerretDB v1.24.0 has no multi-document transactions" \
+        in status["pendingExceptionMessage"]
 
 
 def _ids(svc: Conformance) -> list[int]:
