@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -48,6 +48,7 @@ from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
 from consumers.applier import Atomicity, BlockLimits, Capabilities, StatementPolicy
+from consumers.check import CheckRange, CheckResult
 from consumers.errors import (
     DataError,
     PositionConflict,
@@ -82,6 +83,7 @@ from consumers.mongodb.types import (
     Converter,
     RowConverter,
     TypeOptions,
+    ValueRefused,
     collection_problem,
     converter,
     database_problem,
@@ -89,6 +91,7 @@ from consumers.mongodb.types import (
     field_name,
     key_converter,
     refused_field,
+    thl_value,
 )
 from consumers.position import Position
 from consumers.registry import ApplierContext
@@ -103,6 +106,7 @@ RawDoc = dict[str, Any]
 TASK_ID = 0
 COMMIT_SEQNO = "trep_commit_seqno"
 HEARTBEAT = "heartbeat"
+CONSISTENCY = "consistency"
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,7 @@ class MongoApplier:
         self.cfg = cfg
         self.target = cfg.display_url()
         self.service = ctx.service.service
+        self.group = ctx.group
         self.tracking_db = ctx.tracking_schema
         # The runtime reads the capabilities before connecting: declare the guarantee that
         # holds whatever the server turns out to be (auto may still use transactions).
@@ -152,6 +157,7 @@ class MongoApplier:
             else Atomicity.SEQNO_GUARDED
         self.capabilities = Capabilities(
             atomicity=atomicity, statements=StatementPolicy.SKIP, keyless_tables=True,
+            checks=True,
             # Writes collapse per document inside a block, are written ahead every
             # batch_ops documents while the block goes on, and each block costs a position
             # write: larger blocks than a SQL target's pay off (the time limit still bounds
@@ -327,6 +333,53 @@ class MongoApplier:
             raise self._data_error(exc.write, exc.write.table, None, str(exc)) from exc
         except PyMongoError as exc:
             raise classify(exc, self.target, doing, seqno) from exc
+
+    # -- consistency checks (trepctl check) ---------------------------------------------------
+
+    def read_range(self, check: CheckRange) -> Iterator[list[ThlValue]]:
+        """The live documents of a checked key range, as the source rows they stand for, in
+        THL values (``consumers.check``): the type map backwards. The range is cut here,
+        not in the query: key order is the source's (typed) order, not BSON's."""
+        if len(self._writes) or self._keyless or self._inflight is not None:
+            # The runtime gives a check a block of its own; write anything pending first.
+            self._mapped(self._wait, "writing before a check")
+            self._mapped(lambda: self._write_data(self._writes, self._keyless, None,
+                                                  self._marks), "writing before a check")
+            self._writes, self._keyless = KeyedWrites(), {}
+        ns = namespace(self.cfg, self.service, check.schema, check.table)
+        fields = [field_name(c.name, self.cfg.escape_names) for c in check.specs]
+        json_text = [self.cfg.is_json(check.schema, check.table, c.name) for c in check.specs]
+        names = [c.name for c in check.specs]
+        key_at = [names.index(k) for k in check.key]
+        coll = self.client[ns.database][ns.collection]
+        try:
+            for doc in coll.find({DELETED: {"$exists": False}}):
+                try:
+                    values = [thl_value(spec, doc.get(f), j)
+                              for spec, f, j in zip(check.specs, fields, json_text,
+                                                    strict=True)]
+                except ValueRefused as exc:
+                    raise DataError(f"{self.target}: {ns}: document {doc.get(ID)!r} cannot be "
+                                    f"checked: {exc}") from exc
+                if key_at and not check.contains([values[i] for i in key_at]):
+                    continue
+                yield values
+        except PyMongoError as exc:
+            raise classify(exc, self.target, f"reading {ns} for a check") from exc
+
+    def record_check(self, result: CheckResult) -> None:
+        """Upsert the range's document in ``tungsten_<service>.consistency`` (Tungsten's
+        ``consistency`` table's columns as fields)."""
+        doc = {ID: {"db": result.schema, "tbl": result.table, "id": result.range},
+               "db": result.schema, "tbl": result.table, "id": result.range,
+               "row_offset": result.range * result.limit, "row_limit": result.limit,
+               "this_crc": result.target_digest[:40], "this_cnt": result.target_count,
+               "master_crc": result.source_digest[:40], "master_cnt": result.source_count,
+               "ts": dt.datetime.now(dt.UTC).replace(tzinfo=None), "method": result.method,
+               "group": self.group, "seqno": Int64(result.seqno), "check": result.to_json()}
+        coll = self.client[self.tracking_db][CONSISTENCY]
+        self._call(lambda: coll.replace_one({ID: doc[ID]}, doc, upsert=True),
+                   "recording a consistency check", result.seqno)
 
     def commit(self, position: Position) -> None:
         if not self._open:

@@ -49,6 +49,7 @@ from bson.decimal128 import Decimal128
 
 from thl_topics.event import ColumnSpec, ThlValue
 from thl_topics.values import DECIMAL_TYPES, FLOAT_TYPES, INTEGER_TYPES
+from thl_topics.values import format_datetime as thl_datetime
 
 #: Fields the applier writes into every document; a column may not take these names.
 ID, SEQNO, DELETED, OP = "_id", "_seqno", "_deleted", "_op"
@@ -337,6 +338,36 @@ def key_converter(spec: ColumnSpec, opts: TypeOptions) -> Converter:
 def identity(raw: ThlValue) -> Any:
     """The converter of a column whose THL values are BSON values as they are."""
     return raw
+
+
+def thl_value(spec: ColumnSpec, value: Any, json_text: bool = False) -> ThlValue:
+    """A stored (BSON) value back in the form the THL carries for ``spec``: the type map
+    backwards, for consistency checks (``thl_topics.checksum`` compares canonical texts, so
+    a DATETIME(6) string and a BSON date of the same instant agree). A JSON document comes
+    back as compact JSON text; the source's text may be spelled differently (spaces, number
+    notation), which a check then reports as different."""
+    if value is None:
+        return None
+    kind = spec.type.upper()
+    if isinstance(value, Decimal128):
+        number = value.to_decimal()
+        if kind in INTEGER_TYPES:
+            integer = int(number)
+            return integer if _INT64_MIN <= integer <= _INT64_MAX else str(integer)
+        return format(number, "f")
+    if isinstance(value, dt.datetime):
+        if kind == "DATE":
+            return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
+        return thl_datetime(value)
+    if kind == "SET" and isinstance(value, list):
+        return ",".join(str(m) for m in value)
+    if (kind == "JSON" or json_text) and not isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (str, bytes, int, float)):
+        return value
+    raise ValueRefused(f"no THL form for a stored {type(value).__name__}")
 
 
 class RowConverter:

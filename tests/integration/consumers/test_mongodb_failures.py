@@ -26,13 +26,13 @@ from ..conformance.conftest import Conformance
 from ..conformance.kinds.mongodb import MongoDBKind
 from ..conformance.tables import Table
 from ..processes import kill_leftovers
-from .tables import ACCOUNTS_MYSQL, ACCOUNTS_NAMES, ACCOUNTS_PG, NOPK_MYSQL, NOPK_NAMES, NOPK_PG
+from .tables import ACCOUNTS_MYSQL, ACCOUNTS_NAMES, NOPK_MYSQL, NOPK_NAMES
 from .workload import MixedWorkload
 
 DOCS = Table("docs", "CREATE TABLE {s}.docs (id INT PRIMARY KEY, j JSON, t TEXT) "
-             "DEFAULT CHARSET=utf8mb4", "", ("id", "j", "t"), ("id",))
-ACCOUNTS = Table("accounts", ACCOUNTS_MYSQL, ACCOUNTS_PG, tuple(ACCOUNTS_NAMES), ("id",))
-NOPK = Table("nopk", NOPK_MYSQL, NOPK_PG, tuple(NOPK_NAMES), ())
+             "DEFAULT CHARSET=utf8mb4", ("id", "j", "t"), ("id",))
+ACCOUNTS = Table("accounts", ACCOUNTS_MYSQL, tuple(ACCOUNTS_NAMES), ("id",))
+NOPK = Table("nopk", NOPK_MYSQL, tuple(NOPK_NAMES), ())
 
 
 class _Kind(MongoDBKind):

@@ -22,7 +22,9 @@ from consumers.mongodb.types import (
     format_timedelta,
     key_converter,
     refused_field,
+    thl_value,
 )
+from thl_topics.checksum import canonical
 from thl_topics.event import ColumnSpec, ThlValue
 
 DEC128 = TypeOptions(decimal128=True)
@@ -184,3 +186,37 @@ def test_verbatim_names_are_checked_against_the_server() -> None:
     assert collection_problem("db", "sel`ect %22tbl%22 ü") is None
     assert collection_problem("db", "a$b") is not None
     assert collection_problem("db", "system.users") is not None
+
+
+@pytest.mark.parametrize(("column", "raw"), [
+    (spec("BIGINT", unsigned=True), "18446744073709551615"),
+    (spec("BIGINT", unsigned=True), 5),
+    (spec("INT"), -7),
+    (spec("DECIMAL", 12, 2), "-12.50"),
+    # Wider than Decimal128 (a string); within the 28 digits checksum.canonical quantizes.
+    (spec("DECIMAL", 40, 2), "12345678901234567890.50"),
+    (spec("DOUBLE"), 1.5e300),
+    (spec("FLOAT"), 3.4028234663852886e38),
+    (spec("DATE"), "2024-02-29"),
+    (spec("DATE"), "0000-00-00"),
+    (spec("DATETIME", scale=6), "2001-02-03 04:05:06.000007"),
+    (spec("DATETIME", scale=6), "2001-02-03 04:05:06"),
+    (spec("DATETIME", scale=3), "2001-02-03 04:05:06.123"),
+    (spec("TIMESTAMP"), "2038-01-19 03:14:07"),
+    (spec("TIME", scale=6), "-838:59:59"),
+    (spec("TIME"), "1:02:03"),
+    (spec("SET"), "x,z"),
+    (spec("SET"), ""),
+    (spec("ENUM"), "ç😀"),
+    (spec("BIT", 64), "18446744073709551615"),
+    (spec("BINARY", 4), b"\x00\x01"),
+    (spec("BLOB", blob=True), b"\x00\xff"),
+    (spec("JSON"), '{"k": [1, "é", null, 2.5]}'),  # as MySQL prints JSON
+    (spec("VARCHAR"), None),
+])
+@pytest.mark.parametrize("opts", [DEC128, STRINGS])
+def test_stored_values_read_back_as_the_thl_values_checks_compare(
+        column: ColumnSpec, raw: ThlValue, opts: TypeOptions) -> None:
+    stored = converter(column, opts)(raw)
+    back = thl_value(column, bson.decode(bson.encode({"v": stored}))["v"])
+    assert canonical(column, back) == canonical(column, raw)

@@ -214,3 +214,9 @@ class MongoDBKind(Kind):
 
     def server(self) -> Service:
         return self.servers_up["ferretdb"]
+
+    def tamper(self, schema: str, table: Table, key: int, column: str, value: Any) -> None:
+        with self.client() as client:
+            done = client[schema][escape_name(table.name)].update_one(
+                {"_id": key}, {"$set": {field_name(column, True): value}})
+            assert done.matched_count == 1, (key, done.raw_result)
