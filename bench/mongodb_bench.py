@@ -216,7 +216,7 @@ def cleanup(cfg: ServiceConfig, config: Path, schema: str) -> None:
     with client() as mongo:
         mongo.drop_database(schema)
         mongo.drop_database(cfg.tracking_schema)
-    admin = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers})
+    admin = AdminClient(cfg.kafka.client())
     groups = [cfg.group_id(name) for name in cfg.consumers]
     futures = {**admin.delete_topics([cfg.thl_topic], operation_timeout=30),
                **admin.delete_consumer_groups(groups, request_timeout=30)}
