@@ -95,6 +95,10 @@ class Capabilities:
     #: it reads a key range back as THL values and records results); otherwise a check
     #: is reported unsupported for its group.
     checks: bool = False
+    #: The applier can apply in parallel channels (``channels: N``,
+    #: ``consumers.channels.ChannelApplier``): one instance per channel, each with its own
+    #: connection, transaction and stored position; otherwise a group has one channel.
+    channels: bool = False
 
 
 class Applier(Protocol):

@@ -5,6 +5,7 @@ consumers:
   mariadb:
     target: {type: sql, url: "mysql+pymysql://tungsten@db2:3306/"}
     block_commit_events: 10
+    channels: 4          # parallel apply by schema (SQL targets)
 ```
 """
 
@@ -41,6 +42,10 @@ class GroupConfig(BaseModel):
     #: Longest a transient failure (target or broker down) is retried before OFFLINE:ERROR;
     #: 0 retries forever.
     retry_limit_s: float = Field(0, ge=0)
+    #: Parallel apply: channels applying the THL side by side, by shard (source schema),
+    #: each with its own connection and position (``consumers.channels``). Needs a target
+    #: that can (the SQL applier); 1 applies everything in one channel, in THL order.
+    channels: int = Field(1, ge=1, le=64)
 
     def block_limits(self, defaults: BlockLimits) -> BlockLimits:
         """The applier's default limits with this group's settings in their place."""

@@ -23,6 +23,8 @@ class _Families:
     errors: Counter
     online: Gauge
     changed: Counter
+    channel_seqno: Gauge
+    channel_events: Counter
 
 
 _families: dict[int, _Families] = {}
@@ -50,7 +52,13 @@ def _families_of(registry: CollectorRegistry) -> _Families:
                 Counter("trep_values_changed",
                         "Values the target could not hold as they were, stored changed by "
                         "the group's policy (zero_date: stored as NULL, nul_character: "
-                        "U+0000 stripped)", (*_LABELS, "kind"), registry=registry))
+                        "U+0000 stripped)", (*_LABELS, "kind"), registry=registry),
+                Gauge("trep_channel_applied_last_seqno",
+                      "Last seqno committed by one channel of a parallel group",
+                      (*_LABELS, "channel"), registry=registry),
+                Counter("trep_channel_applied_events",
+                        "THL events (seqnos) applied by one channel of a parallel group",
+                        (*_LABELS, "channel"), registry=registry))
             _families[id(registry)] = found
         return found
 
@@ -87,3 +95,9 @@ class ConsumerMetrics:
         self._f.events.labels(*self._values).inc(events)
         self._f.seqno.labels(*self._values).set(last_seqno)
         self._f.latency.labels(*self._values).set(latency)
+
+    def channel_applied(self, channel: int, events: int, seqno: int) -> None:
+        """Channel ``channel`` of a parallel group committed ``events`` seqnos (0: moved its
+        position only), its position now ``seqno``."""
+        self._f.channel_events.labels(*self._values, str(channel)).inc(events)
+        self._f.channel_seqno.labels(*self._values, str(channel)).set(seqno)

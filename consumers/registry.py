@@ -46,6 +46,9 @@ class ApplierContext:
     #: The group's metrics, for an applier that counts what it does (values changed by a
     #: policy); by default a private registry nobody scrapes.
     metrics: ConsumerMetrics = field(default_factory=ConsumerMetrics.disabled)
+    #: The channel this applier serves (parallel apply, ``channels: N``): the ``task_id``
+    #: of its position row. 0 for a group with one channel.
+    channel: int = 0
 
     @property
     def tracking_schema(self) -> str:

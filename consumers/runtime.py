@@ -16,6 +16,11 @@ One runtime drives one consumer group. Its loop:
 4. Transient failures (target, broker or ZooKeeper down) retry with backoff from the stored
    position; data and log failures go to OFFLINE:ERROR at their seqno until an operator acts.
 
+With ``channels: N`` (parallel apply, ``consumers.channels``) step 3 routes each seqno to
+a channel by shard; the channels apply side by side on their own appliers
+(``consumers.parallel``), critical seqnos apply alone, and the group's position is the
+lowest channel's. Everything else (states, retries, handshake, mirrors) stays here.
+
 ZooKeeper is the control plane, never the position of record: while it is away the group
 goes on applying (the target holds the position), mirrors and statuses are sent again when it
 is back, and only the lock matters: a process whose ZooKeeper session expired stops at the
@@ -26,11 +31,13 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, TypeVar, cast
 
 from kazoo.exceptions import KazooException
@@ -44,6 +51,7 @@ from tenacity import (
 )
 
 from consumers.applier import Applier, BlockLimits, StatementPolicy
+from consumers.channels import ChannelApplier, ChannelError, ShardMap, plan_channels
 from consumers.check import CheckingApplier, CheckRange, CheckResult, check_of, now_text
 from consumers.config import GroupConfig
 from consumers.errors import (
@@ -59,8 +67,10 @@ from consumers.errors import (
 from consumers.feed import ThlFeed, forget_group_offsets
 from consumers.heartbeat import HEARTBEAT_TABLE, Heartbeat, heartbeats
 from consumers.metrics import ConsumerMetrics
+from consumers.parallel import ChannelSet, Fragment
 from consumers.position import Position
 from replicator import crashpoints
+from replicator.config import ConfigError
 from replicator.control import ComponentNodes, Desired, Wakeup
 from replicator.filters import FilterError, ReplicateFilter, build_chain
 from replicator.sql_names import is_transactional
@@ -128,12 +138,25 @@ class ConsumerRuntime:
                  control: ComponentNodes, positions: ServiceNodes,
                  metrics: ConsumerMetrics | None = None,
                  feed_factory: Callable[[FeedSettings], ThlFeed] | None = None,
-                 zk_health: ZkHealth | None = None) -> None:
+                 zk_health: ZkHealth | None = None,
+                 channel_appliers: Sequence[Applier] = ()) -> None:
+        """``channel_appliers``: with ``channels: N``, the appliers of channels 1 to N-1
+        (``applier`` is channel 0's)."""
         self.name = name
         self.cfg = cfg
         self.feed_settings = feed
         self.applier = applier
         self.capabilities = applier.capabilities
+        #: One applier per channel (parallel apply), channel 0 first.
+        self.appliers = [applier, *channel_appliers]
+        if cfg.channels > 1 and not self.capabilities.channels:
+            raise ConfigError(
+                f"consumer group {name}: channels: {cfg.channels} needs a target that "
+                f"applies in parallel, and {applier.target} does not; set channels: 1")
+        if len(self.appliers) != cfg.channels:
+            raise ConfigError(f"consumer group {name}: channels: {cfg.channels} needs "
+                              f"{cfg.channels} appliers, got {len(self.appliers)}")
+        self._parallel = cfg.channels > 1
         self.limits = cfg.block_limits(applier.capabilities.block)
         self.filter = ReplicateFilter(cfg.filters.replicate, cfg.filters.ignore)
         self.chain = build_chain(cfg.filters.chain)
@@ -162,6 +185,17 @@ class ConsumerRuntime:
         self._skips_done: list[int] = []
         self._last_publish = 0.0
         self._stale = False
+        #: Parallel apply: the channels of the running session, their shards, and the
+        #: stored position of each channel when the session started.
+        self._channels: ChannelSet | None = None
+        self._shards: ShardMap | None = None
+        self._channel_start: list[Position | None] = [None] * cfg.channels
+        #: ... and where each channel is now (for status).
+        self._channel_pos: list[Position | None] = [None] * cfg.channels
+        #: Critical seqnos applied alone since the process started.
+        self._critical = 0
+        #: Blocks committed (any channel): a session that committed one made progress.
+        self._commits = 0
 
     # -- control ---------------------------------------------------------------------------
 
@@ -203,8 +237,11 @@ class ConsumerRuntime:
         self._last_publish, self._stale = now, False
         if self.zk_health is not None:
             self.status.zookeeperDisconnects = self.zk_health.disconnects
+        status = self.status.to_json()
+        if self._parallel:
+            status.update(self._channel_status())
         try:
-            self.control.publish_status(self.status.to_json())
+            self.control.publish_status(status)
         except Exception as exc:  # status is best effort; ZK may be down
             self._stale = True
             log.warning("%s: cannot publish status: %s", self.name, exc)
@@ -247,7 +284,8 @@ class ConsumerRuntime:
                 finally:
                     self.lead.release()
         finally:
-            self.applier.close()
+            for applier in self.appliers:
+                applier.close()
 
     def _until_stopped(self, call: Callable[[], _T], doing: str) -> _T | None:
         """``call()``, tried again every second while ZooKeeper fails (None once stopped)."""
@@ -374,6 +412,10 @@ class ConsumerRuntime:
             self.applier.reset()
             self._zk(lambda: self.positions.write_position(
                 f"consumers/{self.name}", ZkPosition(-1, -1, "")), "clearing the mirror")
+            for c in range(self.cfg.channels if self._parallel else 0):
+                self._zk(partial(self.positions.write_position, self._channel_component(c),
+                                 ZkPosition(-1, -1, "")), "clearing the channel mirrors")
+            self._channel_start = self._channel_pos = [None] * self.cfg.channels
         except ConsumerError as exc:
             self._fail(exc, self.desired().request)
             return
@@ -403,7 +445,9 @@ class ConsumerRuntime:
         self._set_state(State.SYNCHRONIZING)
         feed = self._feed_factory(self.feed_settings)
         try:
-            self.applier.connect()
+            for applier in self.appliers:
+                # One after the other: channel 0 creates the tracking schema.
+                applier.connect()
             start = self._handshake(feed)
             if start is not None:
                 feed.seek(start)
@@ -412,16 +456,20 @@ class ConsumerRuntime:
                 feed.seek(first)
             self.status.pendingExceptionMessage = "NONE"
             self._set_state(State.ONLINE)
-            committed = self.status.appliedLastSeqno
+            committed = self._commits
             try:
-                self._stream(feed, start)
+                if self._parallel:
+                    self._stream_parallel(feed, start)
+                else:
+                    self._stream(feed, start)
             except TransientError as exc:
-                if self.status.appliedLastSeqno != committed:
+                if self._commits != committed:
                     raise _Progressed(exc) from exc
                 raise
         except (DataError, TerminalError) as exc:
             self.applier.rollback()
-            if exc.seqno > self._careful_until and not isinstance(exc, EpochMismatch):
+            if exc.seqno > self._careful_until and not isinstance(exc, EpochMismatch
+                                                                  | ChannelError):
                 # The block rolled back whole: commit what precedes the bad seqno one by
                 # one, then fail on it alone, so the stored position is right before it.
                 log.info("%s: error at seqno %d inside a block; reapplying the block "
@@ -453,11 +501,13 @@ class ConsumerRuntime:
             log.info("%s: starting at seqno %d as the operator asked", self.name, start)
             # Replay really means replay: drop the stored position first.
             self.applier.reset()
+            if self.capabilities.channels:
+                self._stored_position()  # every channel's row is gone: start them afresh
             self._zk(lambda: self.control.update_desired(_clear_from),
                      "clearing the --from-seqno request")
             self._on_desired(self.control.desired())
             return start
-        stored = self.applier.position()
+        stored = self._stored_position()
         crashpoints.reached("apply-handshake")
         if stored is None:
             first = self._wait_for(feed.first_seqno)
@@ -472,6 +522,40 @@ class ConsumerRuntime:
         self.status.appliedLastSeqno = stored.seqno
         self.status.appliedLastEventId = stored.event_id
         self.status.appliedLastEpoch = stored.epoch
+        self._verify(feed, stored)
+        # Parallel apply: every channel's position must be in this log too.
+        for pos in {(p.seqno, p.fragno, p.epoch, p.event_id): p
+                    for p in self._channel_start if p is not None}.values():
+            if pos.seqno != stored.seqno:
+                self._verify(feed, pos)
+        return stored.seqno + 1
+
+    def _stored_position(self) -> Position | None:
+        """The stored position the group starts from: the applier's or, with channels, the
+        lowest channel's, after the stored channel count was checked against ours."""
+        store = None
+        if self.capabilities.channels:
+            store = cast(ChannelApplier, self.applier).channel_store()
+            plan_channels(store, self.cfg.channels, self.name, self.applier.target)
+        if not self._parallel or store is None:
+            return self.applier.position()
+        # Each applier reads its own row: what its next commit expects to replace.
+        positions = [a.position() for a in self.appliers]
+        if None in positions and any(p is not None for p in positions):
+            raise ChannelError(
+                f"{self.applier.target}: trep_commit_seqno lacks the rows of channel(s) "
+                f"{', '.join(str(c) for c, p in enumerate(positions) if p is None)} of "
+                f"consumer group {self.name} while others have one: another process may be "
+                "writing them. Stop every process of the group, then start one.")
+        self._channel_start, self._channel_pos = positions, list(positions)
+        self._shards = ShardMap(self.cfg.channels, store.assignments(),
+                                store.critical_shards(), store.assign,
+                                where=f"{self.applier.target}: ")
+        known = [p for p in positions if p is not None]
+        return min(known, key=lambda p: p.seqno) if known else None
+
+    def _verify(self, feed: ThlFeed, stored: Position) -> None:
+        """The THL holds ``stored`` (epoch and event id): the epoch handshake."""
         rec: ThlRecord | None = None
         while rec is None:
             # The position names the seqno's last fragment: each fragment has its own
@@ -514,7 +598,6 @@ class ConsumerRuntime:
                 "is not the log this target was applied from; compare the THL and the "
                 "target, then `trepctl reset` and `online --from-seqno N`.",
                 seqno=stored.seqno, event_id=stored.event_id)
-        return stored.seqno + 1
 
     # -- preparing events for the target -----------------------------------------------------
 
@@ -632,25 +715,8 @@ class ConsumerRuntime:
                 raise TerminalError(f"{rec.error}; the consumer stops here", seqno=rec.seqno)
             event = rec.event
             if in_seqno is None:
-                if expected is not None and event.seqno < expected:
-                    log.debug("%s: seqno %d already applied", self.name, event.seqno)
+                if not self._starts_seqno(event, rec, expected):
                     continue
-                if expected is not None and event.seqno > expected \
-                        and self._gap_checked != expected:
-                    # A hole, or another log under the same topic name (recreated): go back
-                    # through the handshake once before calling it a gap.
-                    self._gap_checked = expected
-                    raise TransientError(f"seqno {event.seqno} follows {expected - 1} at "
-                                         f"offset {rec.offset}; checking the log again",
-                                         seqno=expected)
-                if expected is not None and event.seqno > expected:
-                    raise SeqnoGap(f"THL topic {self.feed_settings.topic} jumps from seqno "
-                                   f"{expected - 1} to {event.seqno} at offset {rec.offset}: "
-                                   "never applying past a hole", seqno=expected)
-                if event.fragno != 0:
-                    raise TerminalError(f"seqno {event.seqno} starts at fragment "
-                                        f"{event.fragno} (offset {rec.offset})",
-                                        seqno=event.seqno)
                 isolated = event.seqno not in skips and self._isolates(event)
                 if block.positions and isolated:
                     commit()
@@ -658,11 +724,8 @@ class ConsumerRuntime:
                     self.applier.begin()
                     block.opened = time.monotonic()
                 in_seqno, next_frag = event.seqno, 0
-            elif event.seqno != in_seqno or event.fragno != next_frag:
-                raise TerminalError(
-                    f"seqno {in_seqno} is missing fragment {next_frag}: found seqno "
-                    f"{event.seqno} fragment {event.fragno} at offset {rec.offset}",
-                    seqno=in_seqno)
+            else:
+                self._continues_seqno(event, rec, in_seqno, next_frag)
             if event.seqno in skips:
                 if event.last_frag:
                     block.skipped.append(event.seqno)
@@ -684,24 +747,59 @@ class ConsumerRuntime:
                     event.seqno not in skips and self._isolates(event)):
                 commit()
 
-    def _apply(self, event: ThlEvent) -> None:
-        """One fragment into the open block, with the seqno on any error it raises."""
+    def _starts_seqno(self, event: ThlEvent, rec: ThlRecord, expected: int | None) -> bool:
+        """Checks at the first record of a seqno; False: before the start, already applied."""
+        if expected is not None and event.seqno < expected:
+            log.debug("%s: seqno %d already applied", self.name, event.seqno)
+            return False
+        if expected is not None and event.seqno > expected \
+                and self._gap_checked != expected:
+            # A hole, or another log under the same topic name (recreated): go back
+            # through the handshake once before calling it a gap.
+            self._gap_checked = expected
+            raise TransientError(f"seqno {event.seqno} follows {expected - 1} at "
+                                 f"offset {rec.offset}; checking the log again",
+                                 seqno=expected)
+        if expected is not None and event.seqno > expected:
+            raise SeqnoGap(f"THL topic {self.feed_settings.topic} jumps from seqno "
+                           f"{expected - 1} to {event.seqno} at offset {rec.offset}: "
+                           "never applying past a hole", seqno=expected)
+        if event.fragno != 0:
+            raise TerminalError(f"seqno {event.seqno} starts at fragment "
+                                f"{event.fragno} (offset {rec.offset})",
+                                seqno=event.seqno)
+        return True
+
+    @staticmethod
+    def _continues_seqno(event: ThlEvent, rec: ThlRecord, in_seqno: int,
+                         next_frag: int) -> None:
+        """Checks at a later record of a seqno: its next fragment, nothing else."""
+        if event.seqno != in_seqno or event.fragno != next_frag:
+            raise TerminalError(
+                f"seqno {in_seqno} is missing fragment {next_frag}: found seqno "
+                f"{event.seqno} fragment {event.fragno} at offset {rec.offset}",
+                seqno=in_seqno)
+
+    def _apply(self, event: ThlEvent, applier: Applier | None = None) -> None:
+        """One fragment into the open block of ``applier`` (default: the group's; with
+        channels, the channel's), with the seqno on any error it raises."""
+        applier = applier or self.applier
         check = check_of(event)
         if check is not None:
-            self._check(check, event)
+            self._check(check, event, applier)
             return
         try:
             prepared, beats = self._prepare(event)
             if prepared.data:
-                self.applier.apply(prepared)
+                applier.apply(prepared)
             for beat in beats:
-                self.applier.heartbeat(beat)
+                applier.heartbeat(beat)
         except ConsumerError as exc:
             if exc.seqno < 0:
                 exc.seqno, exc.event_id = event.seqno, event.event_id
             raise
 
-    def _check(self, check: CheckRange, event: ThlEvent) -> None:
+    def _check(self, check: CheckRange, event: ThlEvent, target: Applier) -> None:
         """Compare the target's rows of a checked range with the source's, record both."""
         if not self.filter.keeps(check.schema, check.table):
             return
@@ -710,7 +808,7 @@ class ConsumerRuntime:
                                  "table": check.table, "range": check.range,
                                  "unsupported": True})
             return
-        applier = cast(CheckingApplier, self.applier)
+        applier = cast(CheckingApplier, target)
         try:
             count, digest = range_digest(check.specs, applier.read_range(check))
             result = CheckResult(
@@ -751,7 +849,175 @@ class ConsumerRuntime:
             feed.commit(last.offset + 1)
         if block.skipped or self._skips_done:
             self._consume_skips(block.skipped)
+        self._commits += 1
         self._publish(force=False)
+
+    # -- parallel apply (channels: N) ---------------------------------------------------------
+
+    def _stream_parallel(self, feed: ThlFeed, start: int | None) -> None:
+        """Stream with channels: the channels apply, this thread routes and keeps books."""
+        if self._shards is None:
+            raise RuntimeError("parallel stream before the handshake")
+        channels = self._channels = ChannelSet(
+            self.name, self.appliers, self.limits, self._channel_start,
+            lambda applier, event: self._apply(event, applier), self._check_lead,
+            self.metrics.rows)
+        channels.start()
+        try:
+            self._dispatch(feed, start, channels, self._shards)
+        finally:
+            channels.stop()
+            try:
+                self._absorb(channels, feed, failures=False)  # what committed still counts
+            except Exception as exc:  # never hide why the session ended
+                log.warning("%s: after the channels stopped: %s", self.name, exc)
+            self._channels = None
+            self._publish(force=False)
+
+    def _dispatch(self, feed: ThlFeed, start: int | None, channels: ChannelSet,
+                  shards: ShardMap) -> None:
+        """Route every seqno to its channel, in THL order, until offline or a failure.
+
+        A seqno goes to its shard's channel unless that channel applied it already (its
+        stored position is at or after it: a restart from the lowest channel). A critical
+        seqno waits for every channel to commit what it holds, is applied alone and
+        committed before the next seqno is routed. A fresh group (no channel positions)
+        applies its first seqno so, then moves every channel to it.
+        """
+        expected = start
+        in_seqno: int | None = None
+        next_frag = 0
+        channel: int | None = None
+        alone = False
+        skips = set(self.desired().skip_seqnos)
+
+        def tick() -> None:
+            self._absorb(channels, feed)
+
+        while True:
+            tick()
+            if in_seqno is None:
+                self._check_lead()
+                passed = channels.passed
+                if not self._wants_online() and (
+                        passed is None or passed.seqno >= channels.highest):
+                    # Tungsten's clean offline: every channel commits and moves its position
+                    # to the last seqno passed, so they all stop at one seqno (the channel
+                    # count may change now). After a crash, first read on to the highest
+                    # channel position: below it some channels are ahead of others.
+                    channels.drain(tick, sync=True)
+                    tick()
+                    raise _GoOffline
+            rec = feed.poll(0.2)
+            if rec is None:
+                if self._stale:
+                    self._publish(force=False)
+                if self._skips_done:
+                    self._consume_skips([])
+                continue
+            if rec.event is None:
+                raise TerminalError(f"{rec.error}; the consumer stops here", seqno=rec.seqno)
+            event = rec.event
+            if in_seqno is None:
+                if not self._starts_seqno(event, rec, expected):
+                    continue
+                route = shards.route(event)
+                channel = route.channel
+                done = self._channel_start[channel] if channel is not None else None
+                if channel is not None and done is not None and event.seqno <= done.seqno:
+                    channel = None  # applied by its channel before the restart
+                alone = channel is not None and (route.critical is not None
+                                                 or not channels.positioned)
+                if alone:
+                    if route.critical is not None:
+                        self._critical += 1
+                        log.debug("%s: seqno %d is critical (%s): every channel commits, "
+                                  "then it applies alone", self.name, event.seqno,
+                                  route.critical)
+                    channels.drain(tick)
+                in_seqno, next_frag = event.seqno, 0
+            else:
+                self._continues_seqno(event, rec, in_seqno, next_frag)
+            if channel is not None:
+                channels.put(channel, Fragment(
+                    event, rec.offset, rec.size, skip=event.seqno in skips,
+                    alone=alone or event.seqno <= self._careful_until), tick)
+            next_frag += 1
+            if not event.last_frag:
+                continue
+            in_seqno, expected = None, event.seqno + 1
+            channels.pass_seqno(Position.of(event, rec.offset))
+            if alone:
+                channels.drain(tick, sync=not channels.positioned)
+            elif channel is None:
+                if event.seqno in skips:
+                    self._consume_skips([event.seqno])  # nothing to apply there anyway
+                if not channels.positioned:
+                    channels.drain(tick, sync=True)
+
+    def _absorb(self, channels: ChannelSet, feed: ThlFeed, failures: bool = True) -> None:
+        """The channels' commits since the last call: metrics and channel mirrors, then the
+        group's position (the lowest channel's) in status, ZooKeeper and Kafka; a channel's
+        failure is raised here (``failures``)."""
+        reports = []
+        while True:
+            try:
+                reports.append(channels.reports.get_nowait())
+            except queue.Empty:
+                break
+        if reports:
+            skipped: list[int] = []
+            events = 0
+            s = self.status
+            for r in reports:
+                pos = r.position
+                self._channel_pos[r.channel] = pos
+                self.metrics.channel_applied(r.channel, r.events, pos.seqno)
+                self.positions.mirror_position(
+                    self._channel_component(r.channel),
+                    ZkPosition(pos.seqno, pos.epoch, pos.event_id, pos.fragno, pos.last_frag))
+                skipped.extend(r.skipped)
+                events += r.events
+                if r.events:
+                    s.appliedLatency = round(max(0.0, time.time() - pos.tstamp / 1e6), 3)
+            self._commits += len(reports)
+            low = channels.lowest()
+            if low is not None and low.seqno > s.appliedLastSeqno:
+                s.appliedLastSeqno, s.appliedLastEventId = low.seqno, low.event_id
+                s.appliedLastEpoch = low.epoch
+                self.positions.mirror_position(
+                    f"consumers/{self.name}",
+                    ZkPosition(low.seqno, low.epoch, low.event_id, low.fragno, low.last_frag))
+                if not self.capabilities.owns_offsets and low.offset >= 0:
+                    feed.commit(low.offset + 1)
+            self.metrics.applied(events, s.appliedLastSeqno, s.appliedLatency)
+            if skipped or self._skips_done:
+                self._consume_skips(skipped)
+            self._publish(force=False)
+        if failures:
+            channels.check()
+
+    def _channel_component(self, channel: int) -> str:
+        """Where a channel's position is mirrored in ZooKeeper."""
+        return f"consumers/{self.name}/channels/{channel}"
+
+    def _channel_status(self) -> dict[str, Any]:
+        """What ``trepctl status -channels`` shows: each channel's seqno, state, shards."""
+        channels = self._channels
+        shards = self._shards.shards() if self._shards is not None else {}
+        rows = []
+        for c in range(self.cfg.channels):
+            worker = channels.workers[c] if channels is not None else None
+            pos = self._channel_pos[c]
+            rows.append({
+                "channel": c, "appliedLastSeqno": pos.seqno if pos is not None else -1,
+                "appliedLastEventId": pos.event_id if pos is not None else "",
+                "state": worker.state if worker is not None else "stopped",
+                "appliedEvents": worker.events if worker is not None else 0,
+                "queued": worker.queue.qsize() if worker is not None else 0,
+                "shards": shards.get(c, [])})
+        return {"channels": self.cfg.channels, "criticalEvents": self._critical,
+                "channelStatus": rows}
 
     def _consume_skips(self, done: list[int]) -> None:
         self.status.skippedSeqnos = sorted({*self.status.skippedSeqnos, *done})[-100:]

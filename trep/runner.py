@@ -118,7 +118,11 @@ def main(config_path: Path, extractor: bool, only: tuple[str, ...], no_consumers
                    f"(configured: {', '.join(cfg.consumers) or 'none'})", err=True)
         sys.exit(2)
     groups = [] if no_consumers else list(only or cfg.consumers)
-    runner = Runner(cfg, extractor=extractor, consumers=groups)
+    try:
+        runner = Runner(cfg, extractor=extractor, consumers=groups)
+    except ConfigError as exc:
+        click.echo(f"error: {config_path}: {exc}", err=True)
+        sys.exit(2)
     signal.signal(signal.SIGTERM, lambda *_: runner.stop())
     signal.signal(signal.SIGINT, lambda *_: runner.stop())
     runner.start()

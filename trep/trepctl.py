@@ -127,11 +127,17 @@ def _all_status(ctx: Ctx, group: str | None) -> dict[str, Any]:
 
 @cli.command()
 @_group_option
+@click.option("-channels", "--channels", "channels", is_flag=True,
+              help="Each channel of the consumer groups (parallel apply): seqno, state, "
+                   "shards.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
-def status(ctx: Ctx, group: str | None, as_json: bool) -> None:
+def status(ctx: Ctx, group: str | None, channels: bool, as_json: bool) -> None:
     """State and positions of the extractor and each consumer group."""
     data = _all_status(ctx, group)
+    if channels:
+        _channel_status(data["consumers"], as_json)
+        return
     if as_json:
         click.echo(json.dumps(data, indent=2, sort_keys=True))
         return
@@ -140,10 +146,37 @@ def status(ctx: Ctx, group: str | None, as_json: bool) -> None:
     for title, fields in parts:
         click.echo(f"Processing status command ({title})...")
         click.echo(f"{'NAME':<25}VALUE\n{'----':<25}-----")
-        keys = [k for k in _FIRST if k in fields] + sorted(k for k in fields if k not in _FIRST)
+        keys = [k for k in _FIRST if k in fields] + sorted(
+            k for k in fields if k not in _FIRST and k != "channelStatus")
         for key in keys:
             value = fields[key]
             click.echo(f"{key:<25}: {json.dumps(value) if isinstance(value, list) else value}")
+        click.echo("Finished status command...")
+
+
+def _channel_status(groups: dict[str, dict[str, Any]], as_json: bool) -> None:
+    """``status -channels``: one line per channel of each group (Tungsten's tasks view)."""
+    if as_json:
+        click.echo(json.dumps({g: s.get("channelStatus") or [] for g, s in groups.items()},
+                              indent=2, sort_keys=True))
+        return
+    for g, fields in groups.items():
+        rows = fields.get("channelStatus")
+        click.echo(f"Processing status -channels command (consumer {g})...")
+        if not rows:
+            click.echo(f"one channel (channels: 1): appliedLastSeqno "
+                       f"{fields.get('appliedLastSeqno', -1)}, state "
+                       f"{fields.get('state', 'unknown')}")
+        else:
+            click.echo(f"state {fields.get('state')}, appliedLastSeqno (lowest channel) "
+                       f"{fields.get('appliedLastSeqno', -1)}, critical events "
+                       f"{fields.get('criticalEvents', 0)}")
+            click.echo(f"{'CHANNEL':<9}{'SEQNO':<12}{'STATE':<10}{'EVENTS':<10}{'QUEUED':<8}"
+                       "SHARDS")
+            for row in rows:
+                click.echo(f"{row['channel']:<9}{row['appliedLastSeqno']:<12}"
+                           f"{row['state']:<10}{row['appliedEvents']:<10}{row['queued']:<8}"
+                           f"{', '.join(row['shards']) or '-'}")
         click.echo("Finished status command...")
 
 

@@ -31,6 +31,7 @@ from consumers.position import Position
 from consumers.provisioning import chunk_of, idempotent_tables
 from consumers.registry import ApplierContext
 from consumers.sql import ddl
+from consumers.sql.channels import SqlChannelStore
 from consumers.sql.config import MYSQL_FAMILY, SqlTarget
 from consumers.sql.errors import (
     DDL_ALREADY_DONE,
@@ -94,6 +95,8 @@ class SqlApplier:
         self.dialect = self.url.get_backend_name()
         self.tracking_schema = ctx.tracking_schema
         self.tracking = CommitSeqnoTable(self.tracking_schema)
+        #: This applier's row of trep_commit_seqno: its channel (0 without parallel apply).
+        self.task_id = ctx.channel
         tracking = tracking_metadata(self.tracking_schema)
         self.heartbeat_table = tracking.tables[f"{self.tracking_schema}.{_HEARTBEAT}"]
         self.consistency_table = tracking.tables[f"{self.tracking_schema}.consistency"]
@@ -121,7 +124,8 @@ class SqlApplier:
                 self.metrics.values_changed("nul_character", 0)
         self.capabilities = Capabilities(
             atomicity=Atomicity.TRANSACTIONAL, statements=StatementPolicy(statements),
-            keyless_tables=True, block=BlockLimits(events=10, ms=500), checks=True)
+            keyless_tables=True, block=BlockLimits(events=10, ms=500), checks=True,
+            channels=True)
         self.builder = RowStatements(self.dialect)
         self._engine: sa.Engine | None = None
         self._conn: sa.Connection | None = None
@@ -189,7 +193,7 @@ class SqlApplier:
     def position(self) -> Position | None:
         try:
             with self._eng.connect() as conn:
-                row = self.tracking.read(conn)
+                row = self.tracking.read(conn, self.task_id)
         except sa_exc.DBAPIError as exc:
             raise self._classify(exc, "reading trep_commit_seqno") from exc
         self._expected = row.seqno if row else None
@@ -200,6 +204,7 @@ class SqlApplier:
                         shard_id=row.shard_id)
 
     def reset(self) -> None:
+        """Forget the group's position: every channel's row of trep_commit_seqno."""
         try:
             with self._eng.begin() as conn:
                 conn.execute(sa.delete(self.tracking.table))
@@ -227,7 +232,7 @@ class SqlApplier:
                 self._session_defaults = dict(zip(_SESSION_VARIABLES, row, strict=True))
             # Lock the position row for the block: a second writer of this position waits
             # here, then finds the position moved, before it applies anything.
-            stored = self.tracking.lock(self._db)
+            stored = self.tracking.lock(self._db, self.task_id)
         except sa_exc.DBAPIError as exc:
             self.rollback()
             raise self._classify(exc, "opening a transaction") from exc
@@ -325,7 +330,7 @@ class SqlApplier:
         row = CommitSeqno(
             seqno=position.seqno, epoch=position.epoch, eventid=position.event_id,
             source_id=position.source_id, shard_id=position.shard_id,
-            fragno=position.fragno, last_frag=position.last_frag,
+            fragno=position.fragno, last_frag=position.last_frag, task_id=self.task_id,
             applied_latency=max(0, int((now - source_time).total_seconds())),
             extract_timestamp=source_time.replace(tzinfo=None))
         try:
@@ -348,7 +353,12 @@ class SqlApplier:
         finally:
             self._end()
         self._expected = position.seqno
-        self._replaying = False
+        # A block that only moved a channel's position (parallel apply) replayed nothing.
+        self._replaying = self._replaying and not self._seqnos
+
+    def channel_store(self) -> SqlChannelStore:
+        """Every channel's position and the shard assignments (consumers.channels)."""
+        return SqlChannelStore(self._eng, self.tracking, self._classify)
 
     def _open_txn(self) -> sa.RootTransaction:
         if self._txn is None:
@@ -357,9 +367,11 @@ class SqlApplier:
 
     def _conflict(self, exc: PositionMoved, seqno: int = -1) -> PositionConflict:
         return PositionConflict(
-            f"{self.target}: {self.tracking_schema}.trep_commit_seqno moved under this "
-            f"consumer ({exc}): another process applies the same consumer group to this "
-            "target. Nothing of this block was committed; run one process per group.",
+            f"{self.target}: {self.tracking_schema}.trep_commit_seqno"
+            + (f" (task_id {self.task_id})" if self.task_id else "")
+            + f" moved under this consumer ({exc}): another process applies the same "
+            "consumer group to this target. Nothing of this block was committed; run one "
+            "process per group.",
             seqno=seqno)
 
     def rollback(self) -> None:
