@@ -155,10 +155,13 @@ class ChannelWorker:
                         time.monotonic() - block.opened >= block_s:
                     self._commit(block)
                     block, idle_since = None, time.monotonic()
-                elif block is None and time.monotonic() - idle_since >= block_s:
+                elif block is None and self.position is not None and \
+                        time.monotonic() - idle_since >= block_s:
                     # Idle for a block's time: bring the position up to what was passed.
                     # Read it first, then find the queue empty: whatever was routed here
                     # up to it was queued before it was passed, so it is all committed.
+                    # (A channel without a row leaves creating it to ChannelSet.drain:
+                    # concurrent first inserts deadlock on InnoDB's gap locks.)
                     passed = self._passed.get()
                     if self.queue.empty():
                         self._sync(passed)
@@ -300,8 +303,13 @@ class ChannelSet:
 
     def drain(self, tick: Callable[[], None], sync: bool = False) -> None:
         """Until every channel committed everything it was given (and, with ``sync``, moved
-        its position up to the last passed seqno)."""
+        its position up to the last passed seqno).
+
+        Channels that have no position row yet are synced one after the other: their first
+        inserts into trep_commit_seqno would deadlock on InnoDB's gap locks side by side.
+        """
         target = self.passed if sync else None
+        one_by_one = sync and not self.positioned
         flushes = []
         for w in self.workers:
             flush = _Flush(target)
@@ -313,11 +321,16 @@ class ChannelSet:
                     break
                 except queue.Full:
                     tick()
+            if one_by_one:
+                self._wait(flush, tick)
         for flush in flushes:
-            while not flush.done.wait(_TICK):
-                self.check()
-                tick()
+            self._wait(flush, tick)
         self.check()
+
+    def _wait(self, flush: _Flush, tick: Callable[[], None]) -> None:
+        while not flush.done.wait(_TICK):
+            self.check()
+            tick()
 
     def stop(self) -> None:
         """Stop every channel (an open block is rolled back) and wait for them."""

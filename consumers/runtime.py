@@ -523,7 +523,8 @@ class ConsumerRuntime:
         self.status.appliedLastEventId = stored.event_id
         self.status.appliedLastEpoch = stored.epoch
         self._verify(feed, stored)
-        # Parallel apply: every channel's position must be in this log too.
+        # Parallel apply: every channel's position must be in this log too, before any
+        # channel applies anything.
         for pos in {(p.seqno, p.fragno, p.epoch, p.event_id): p
                     for p in self._channel_start if p is not None}.values():
             if pos.seqno != stored.seqno:
@@ -585,19 +586,25 @@ class ConsumerRuntime:
         if server is None or server.epoch != stored.epoch \
                 or server.event_id != stored.event_id:
             # No such fragment, or another epoch or event id there: another log.
-            found = (f"server epoch number={server.epoch} client epoch number={stored.epoch} "
-                     f"(server event id {server.event_id}, client event id {stored.event_id})"
-                     if server is not None else
+            found = (self._differs(server, stored) if server is not None else
                      f"server has no fragment {stored.fragno} of seqno {stored.seqno} (next "
                      f"record: seqno {rec.seqno} fragment {rec.fragno}) client epoch "
                      f"number={stored.epoch}")
-            raise EpochMismatch(
-                "Client handshake failure: Client response validation failed: Log epoch "
-                f"numbers do not match: client source ID={stored.source_id} "
-                f"seqno={stored.seqno} {found}. The THL topic {self.feed_settings.topic} "
-                "is not the log this target was applied from; compare the THL and the "
-                "target, then `trepctl reset` and `online --from-seqno N`.",
-                seqno=stored.seqno, event_id=stored.event_id)
+            raise self._epoch_mismatch(stored, found)
+
+    @staticmethod
+    def _differs(server: ThlEvent, stored: Position) -> str:
+        return (f"server epoch number={server.epoch} client epoch number={stored.epoch} "
+                f"(server event id {server.event_id}, client event id {stored.event_id})")
+
+    def _epoch_mismatch(self, stored: Position, found: str) -> EpochMismatch:
+        return EpochMismatch(
+            "Client handshake failure: Client response validation failed: Log epoch "
+            f"numbers do not match: client source ID={stored.source_id} "
+            f"seqno={stored.seqno} {found}. The THL topic {self.feed_settings.topic} "
+            "is not the log this target was applied from; compare the THL and the "
+            "target, then `trepctl reset` and `online --from-seqno N`.",
+            seqno=stored.seqno, event_id=stored.event_id)
 
     # -- preparing events for the target -----------------------------------------------------
 
