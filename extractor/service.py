@@ -35,7 +35,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from extractor import binlog_fixes
+from extractor import binlog_fixes, table_map_cache
 from extractor.check import Checker
 from extractor.config import ExtractorConfig
 from extractor.errors import (
@@ -66,6 +66,7 @@ from thl_topics.reader import ThlReader
 
 log = logging.getLogger(__name__)
 binlog_fixes.install()
+table_map_cache.install()
 
 
 class _Stopped(Exception):

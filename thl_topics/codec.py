@@ -17,6 +17,7 @@ from typing import Any
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
+from thl_topics import fast_encoder
 from thl_topics.errors import ThlDecodeError
 from thl_topics.event import ThlEvent
 
@@ -57,6 +58,8 @@ class ThlCodec:
             raise FileNotFoundError(f"no thl_event.v*.avsc in {schema_dir}")
         self.current = versions[-1]
         self._by_fingerprint = {v.fingerprint: v for v in versions}
+        #: The direct writer knows one schema: used only while that one is the newest.
+        self.fast = self.current.fingerprint.hex() == fast_encoder.SCHEMA_FINGERPRINT_HEX
 
     @property
     def fingerprint_hex(self) -> str:
@@ -65,6 +68,15 @@ class ThlCodec:
 
     def encode(self, event: ThlEvent) -> bytes:
         """Single-object encoding of one event."""
+        if self.fast:
+            try:
+                return MAGIC + self.current.fingerprint + fast_encoder.encode_body(event)
+            except (TypeError, AttributeError, KeyError, UnicodeError):
+                pass  # a value outside the schema: fastavro says precisely what is wrong
+        return self.encode_reference(event)
+
+    def encode_reference(self, event: ThlEvent) -> bytes:
+        """Single-object encoding by fastavro from the schema (the direct writer's judge)."""
         out = io.BytesIO()
         out.write(MAGIC)
         out.write(self.current.fingerprint)
