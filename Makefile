@@ -5,11 +5,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv test test-unit test-integration lint demo bench stack-up stack-down stack-status clean
+.PHONY: help venv test test-unit test-integration lint demo bench bench-compare stack-up stack-down stack-status clean
 
 help:
 	@echo "make demo          bring the local stack up, replicate a live workload to MariaDB and PostgreSQL"
 	@echo "make bench         extraction and apply benchmarks (JSON in bench/results/)"
+	@echo "make bench-compare beside Debezium and native MariaDB replication, with ratios"
 	@echo "make test          lint, unit tests and integration tests against the real servers"
 	@echo "make stack-up | stack-down | stack-status"
 	@echo "make lint          ruff + mypy"
@@ -55,6 +56,11 @@ bench: $(STAMP)
 	$(PY) bench/ops_bench.py
 	$(PY) -m stack up zookeeper kafka mariadb-source ferretdb
 	$(PY) bench/mongodb_bench.py
+
+# Side by side on one binlog: Debezium (Kafka Connect from Maven Central), a native replica.
+bench-compare: $(STAMP)
+	$(PY) -m stack up zookeeper kafka mariadb-source mariadb-target postgresql
+	$(PY) bench/compare.py
 
 stack-up: $(STAMP)
 	$(PY) -m stack up

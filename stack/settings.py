@@ -39,6 +39,9 @@ _DEFAULT_PORTS = {
     "elasticsearch-transport": 19300,
     "ferretdb": 37017,
     "apicurio": 18081,
+    # Benchmark-only (make bench-compare): a native replica of the source, Kafka Connect's REST.
+    "mariadb-replica": 13308,
+    "debezium-rest": 18083,
 }
 
 
