@@ -1,7 +1,11 @@
 """The SQL applier: THL events into MariaDB/MySQL, PostgreSQL (tested) and Oracle (compiled).
 
 Row changes become INSERT/UPDATE/DELETE through SQLAlchemy Core; consecutive rows of one
-table, action and column layout go to the driver as one executemany. Statement events are
+table, action and column layout go to the driver as one executemany. On MySQL-family targets
+through PyMySQL the same compiled statements are rendered by the driver (its own escaping)
+and a block's rows travel as multi-row INSERTs and multi-statement round trips instead of
+one round trip per updated or deleted row; every statement's matched-row count is still
+checked. Statement events are
 replayed on MySQL-family targets only, inside the session OPTIONS they carry. On PostgreSQL
 and Oracle (``create_tables``) the row images make and evolve the tables instead
 (``consumers.sql.ddl``): on PostgreSQL that DDL runs in the block's transaction, so a crash
@@ -20,7 +24,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pymysql
 import sqlalchemy as sa
+from pymysql.constants import CLIENT
+from pymysql.cursors import RE_INSERT_VALUES
 from sqlalchemy import exc as sa_exc
 
 from consumers.applier import Atomicity, BlockLimits, Capabilities, StatementPolicy
@@ -65,6 +72,20 @@ _SESSION_VARIABLES = ("sql_mode", "foreign_key_checks", "unique_checks",
 _CREATES = ("postgresql", "oracle")
 #: A value policy's warning for one table column is logged at most this often.
 _WARN_EVERY_S = 60.0
+#: Bytes of SQL text sent in one multi-statement round trip (MySQL family), at least one
+#: statement: far below any max_allowed_packet (MariaDB's default is 16 MiB).
+_ROUND_TRIP_BYTES = 1 << 20
+
+
+@dataclass
+class _Queued:
+    """One rendered statement waiting for the block's next round trip (MySQL family)."""
+
+    sql: str
+    #: Rows it must match (0: not checked).
+    rows: int
+    action: RowAction
+    target: TargetTable
 
 
 @dataclass
@@ -133,6 +154,12 @@ class SqlApplier:
         self._tables: dict[tuple[str, str], TargetTable] = {}
         self._stmts: dict[tuple[object, ...], Any] = {}
         self._batch: _Batch | None = None
+        #: PyMySQL on a MySQL-family target: statements are rendered and sent together.
+        self._multi = self.dialect in MYSQL_FAMILY and self.url.get_driver_name() == "pymysql"
+        self._queued: list[_Queued] = []
+        self._queued_bytes = 0
+        #: SQL text of each compiled layout, and whether its parameters are positional.
+        self._texts: dict[tuple[object, ...], tuple[str, tuple[str, ...] | None]] = {}
         self._session_defaults: dict[str, Any] = {}
         #: Seqnos of the open block (for the audit table).
         self._seqnos: list[int] = []
@@ -184,8 +211,13 @@ class SqlApplier:
 
     def _connect_args(self) -> dict[str, Any]:
         if self.dialect in MYSQL_FAMILY:
-            return {"connect_args": {"charset": "utf8mb4", "connect_timeout": 10,
-                                     "init_command": "SET time_zone = '+00:00'"}}
+            args: dict[str, Any] = {"charset": "utf8mb4", "connect_timeout": 10,
+                                    "init_command": "SET time_zone = '+00:00'"}
+            if self._multi:
+                # FOUND_ROWS as SQLAlchemy sets it (rowcount = rows matched), plus several
+                # statements per round trip for the queued row changes.
+                args["client_flag"] = CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS
+            return {"connect_args": args}
         if self.dialect == "postgresql":
             return {"connect_args": {"connect_timeout": 10, "options": "-c timezone=UTC"}}
         return {}
@@ -376,6 +408,7 @@ class SqlApplier:
 
     def rollback(self) -> None:
         self._batch = None
+        self._queued, self._queued_bytes = [], 0
         self._changed.clear()
         if self.policy is not None:
             self.policy.collect()
@@ -393,7 +426,9 @@ class SqlApplier:
     def _forget_tables(self) -> None:
         self._tables.clear()
         self._stmts.clear()
+        self._texts.clear()
         self._batch = None
+        self._queued, self._queued_bytes = [], 0
         self._ddl_in_block = False
 
     def _count_changes(self, seqno: int) -> None:
@@ -624,10 +659,10 @@ class SqlApplier:
         if self._batch is not None and self._batch.layout() == batch.layout():
             self._batch.params.extend(params)
         else:
-            self._flush()
+            self._close_batch()
             self._batch = batch
         if len(self._batch.params) >= self.cfg.batch_rows:
-            self._flush()
+            self._close_batch()
 
     def _idempotent(self, target: TargetTable, change: RowChange, after: list[list[object]],
                     before: list[list[object]]) -> None:
@@ -652,14 +687,22 @@ class SqlApplier:
                 raise self._classify(exc, f"{action.value} into {target.qualified} "
                                           "(provisioning)") from exc
 
-    def _flush(self) -> None:
+    def _close_batch(self) -> None:
+        """The open batch goes out (executed, or queued for the next round trip)."""
         batch, self._batch = self._batch, None
-        if batch is None or not batch.params:
-            return
-        self._execute(batch)
+        if batch is not None and batch.params:
+            self._execute(batch)
+
+    def _flush(self) -> None:
+        """Everything of the block so far has reached the target."""
+        self._close_batch()
+        self._send()
 
     def _execute(self, batch: _Batch, check: bool = True) -> None:
         """One executemany; ``check``: an UPDATE or DELETE must match every row."""
+        if self._multi:
+            self._queue(batch, check)
+            return
         stmt = self._stmts.get(batch.layout())
         if stmt is None:
             stmt = statement_for(self.builder, batch.target, batch.action, batch.columns,
@@ -676,6 +719,90 @@ class SqlApplier:
                 f"{batch.action.value} of {batch.target.qualified} on {self.target} matched "
                 f"{result.rowcount} of {len(batch.params)} row(s): the target has diverged "
                 "from the source")
+
+    def _text(self, batch: _Batch) -> tuple[str, tuple[str, ...] | None]:
+        """The driver's SQL text of a batch's statement (compiled once per layout)."""
+        layout = batch.layout()
+        found = self._texts.get(layout)
+        if found is None:
+            stmt = statement_for(self.builder, batch.target, batch.action, batch.columns,
+                                 batch.keys)
+            compiled = stmt.compile(dialect=self._db.dialect)
+            found = (compiled.string, tuple(compiled.positiontup or ())
+                     if compiled.positional else None)
+            self._texts[layout] = found
+        return found
+
+    def _queue(self, batch: _Batch, check: bool) -> None:
+        """Render a batch with the driver's escaping and queue it for the next round trip.
+
+        The text is what PyMySQL's executemany would send: the same compiled statement, the
+        same escaping; INSERTs as multi-row statements (as executemany rewrites them),
+        UPDATEs and DELETEs one statement per row, each checked to match its one row.
+        """
+        sql, order = self._text(batch)
+        cursor = self._db.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        rows: list[Any] = (batch.params if order is None else
+                           [tuple(p[name] for name in order) for p in batch.params])
+        if batch.action is RowAction.INSERT:
+            match = RE_INSERT_VALUES.match(sql)
+            if match is None:
+                raise RuntimeError(f"not a VALUES insert: {sql}")
+            prefix, values = match.group(1) % (), match.group(2).rstrip()
+            postfix = match.group(3) or ""
+            parts: list[str] = []
+            size = 0
+            for row in rows:
+                text = cursor.mogrify(values, row)
+                if parts and size + len(text) > _ROUND_TRIP_BYTES:
+                    self._enqueue(_Queued(prefix + ",".join(parts) + postfix, 0,
+                                          batch.action, batch.target))
+                    parts, size = [], 0
+                parts.append(text)
+                size += len(text) + 1
+            self._enqueue(_Queued(prefix + ",".join(parts) + postfix, 0, batch.action,
+                                  batch.target))
+            return
+        for row in rows:
+            self._enqueue(_Queued(cursor.mogrify(sql, row), 1 if check else 0, batch.action,
+                                  batch.target))
+
+    def _enqueue(self, queued: _Queued) -> None:
+        if self._queued and self._queued_bytes + len(queued.sql) > _ROUND_TRIP_BYTES:
+            self._send()
+        self._queued.append(queued)
+        self._queued_bytes += len(queued.sql) + 1
+
+    def _send(self) -> None:
+        """The queued statements in one round trip; each one's matched rows checked."""
+        queued, self._queued, self._queued_bytes = self._queued, [], 0
+        if not queued:
+            return
+        cursor = self._db.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        at = queued[0]
+        mismatch: tuple[_Queued, int] | None = None
+        try:
+            cursor.execute(";\n".join(q.sql for q in queued))
+            for i, at in enumerate(queued):
+                if i and not cursor.nextset():
+                    raise RuntimeError(f"{len(queued)} statements sent, {i} results read")
+                if at.rows and cursor.rowcount != at.rows and mismatch is None:
+                    mismatch = (at, cursor.rowcount)
+        except pymysql.MySQLError as exc:
+            # The server stopped at the failing statement: name its table like executemany.
+            dbapi = self._db.dialect.loaded_dbapi
+            wrapped = sa_exc.DBAPIError.instance(at.sql[:200], None, exc, dbapi.Error)
+            if not isinstance(wrapped, sa_exc.DBAPIError):
+                raise wrapped from exc
+            raise self._classify(wrapped, f"{at.action.value} into {at.target.qualified}"
+                                 ) from exc
+        finally:
+            cursor.close()
+        if mismatch is not None:
+            at, count = mismatch
+            raise DataError(
+                f"{at.action.value} of {at.target.qualified} on {self.target} matched "
+                f"{count} of {at.rows} row(s): the target has diverged from the source")
 
     # -- statements (policy apply: MySQL-family targets) -------------------------------------
 
