@@ -28,6 +28,13 @@ _cache: dict[bytes, tuple[int, str, str, int, Any]] = {}
 _CHECKSUM_LEN = 4
 
 
+class Stats:
+    """How often a table map was served from the cache (for tests and profiling)."""
+
+    hits = 0
+    parsed = 0
+
+
 def _body(from_packet: Any, use_checksum: bool) -> bytes | None:
     """The event body still unread in the packet (None: not a plain pymysql packet)."""
     packet = getattr(from_packet, "packet", None)
@@ -47,6 +54,7 @@ def _cached_init(self: Any, from_packet: Any, event_size: int, table_map: dict[i
         _body(from_packet, bool(kwargs.get("use_checksum")))
     hit = _cache.get(key) if key is not None else None
     if hit is None:
+        Stats.parsed += 1
         _original_init(self, from_packet, event_size, table_map, ctl_connection, **kwargs)
         # Without column names in the event (binlog_row_metadata below FULL) the parser
         # looks them up and patches the table later: such a table is never shared.
@@ -56,6 +64,7 @@ def _cached_init(self: Any, from_packet: Any, event_size: int, table_map: dict[i
             _cache[key] = (self.table_id, self.schema, self.table, self.column_count,
                            self.table_obj)
         return
+    Stats.hits += 1
     # The common part (header fields, checksum check) as the parser does it, then the
     # parsed table as it was the first time this exact body was seen.
     BinLogEvent.__init__(self, from_packet, event_size, table_map, ctl_connection, **kwargs)
@@ -67,6 +76,11 @@ def _cached_init(self: Any, from_packet: Any, event_size: int, table_map: dict[i
 def install() -> None:
     """Use the cache for every Table_map event from now on (idempotent)."""
     TableMapEvent.__init__ = _cached_init
+
+
+def uninstall() -> None:
+    """Parse every Table_map event again (the reference path of the equality test)."""
+    TableMapEvent.__init__ = _original_init
 
 
 def clear() -> None:
