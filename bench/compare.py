@@ -531,9 +531,12 @@ def applied(engine: sa.Engine, cfg: ServiceConfig) -> int:
 
 
 def apply_groups(schema: str) -> dict[str, Any]:
+    """The consumer groups measured: MariaDB with the default block and with 100 events."""
+    mariadb = {"type": "sql", "url": f"mysql+pymysql://root@{HOST}:"
+                                     f"{settings.port('mariadb-target')}/"}
     return {"consumers": {
-        "mariadb": {"target": {"type": "sql", "url": f"mysql+pymysql://root@{HOST}:"
-                                                     f"{settings.port('mariadb-target')}/"}},
+        "mariadb": {"target": mariadb},
+        "mariadb_b100": {"target": mariadb, "block_commit_events": 100},
         "postgresql": {"target": {"type": "sql", "url": f"postgresql+psycopg://postgres@{HOST}:"
                                                         f"{settings.port('postgresql')}/postgres"}},
     }}
@@ -555,7 +558,7 @@ def reset_target(cfg: ServiceConfig, group: str, schema: str) -> sa.Engine:
 
 
 def target_pid(group: str) -> int | None:
-    if group == "mariadb":
+    if group.startswith("mariadb"):
         return server_pid(MariaDB("mariadb-target", 2, False))
     with contextlib.suppress(OSError, ValueError):
         pidfile = settings.RUN_DIR / "postgresql" / "data" / "postmaster.pid"
@@ -610,8 +613,8 @@ def run_apply(cfg: ServiceConfig, path: Path, group: str, work: Workload, tail: 
     engine.dispose()
     elapsed = now - started
     src = mariadb_digest(settings.port("mariadb-source"), work.schema)
-    got = (mariadb_digest(settings.port("mariadb-target"), work.schema) if group == "mariadb"
-           else pg_digest(settings.port("postgresql"), work.schema))
+    got = (mariadb_digest(settings.port("mariadb-target"), work.schema)
+           if group.startswith("mariadb") else pg_digest(settings.port("postgresql"), work.schema))
     if got != src:
         raise SystemExit(f"{group}: the target differs from the source ({got[0]} rows vs "
                          f"{src[0]})")
@@ -744,6 +747,7 @@ def main() -> int:
     apply: list[dict[str, Any]] = []
     appliers: list[Callable[[], dict[str, Any]]] = [
         lambda: run_apply(cfg, path, "mariadb", work, tail, args.timeout),
+        lambda: run_apply(cfg, path, "mariadb_b100", work, tail, args.timeout),
         lambda: run_apply(cfg, path, "postgresql", work, tail, args.timeout)]
     if replica is not None:
         appliers.append(lambda: run_native(replica, work, args.timeout))
@@ -780,9 +784,14 @@ def main() -> int:
                                      dbz["cpu_seconds_per_million_rows"])}
     native = summary.get("mariadb-native-sql-thread")
     my, pg = summary["tungsten-kafka-mariadb"], summary["tungsten-kafka-postgresql"]
+    my100 = summary["tungsten-kafka-mariadb_b100"]
     if native:
         ratios["apply_mariadb_vs_native_sql_thread"] = ratio(my["rows_per_second"],
                                                              native["rows_per_second"])
+        ratios["apply_mariadb_block100_vs_native_sql_thread"] = ratio(
+            my100["rows_per_second"], native["rows_per_second"])
+        ratios["apply_mariadb_cpu_per_row_vs_native"] = ratio(
+            my["cpu_seconds_per_million_rows"], native["cpu_seconds_per_million_rows"])
     ratios["apply_postgresql_vs_mariadb"] = ratio(pg["rows_per_second"], my["rows_per_second"])
 
     # Latency at half of the pipeline's maximum: the slower of extraction and MariaDB apply.

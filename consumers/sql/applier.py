@@ -72,8 +72,8 @@ _SESSION_VARIABLES = ("sql_mode", "foreign_key_checks", "unique_checks",
 _CREATES = ("postgresql", "oracle")
 #: A value policy's warning for one table column is logged at most this often.
 _WARN_EVERY_S = 60.0
-#: Bytes of SQL text sent in one multi-statement round trip (MySQL family), at least one
-#: statement: far below any max_allowed_packet (MariaDB's default is 16 MiB).
+#: Characters of SQL text sent in one multi-statement round trip (MySQL family), at least
+#: one statement: far below any max_allowed_packet (MariaDB's default is 16 MiB).
 _ROUND_TRIP_BYTES = 1 << 20
 
 
@@ -741,9 +741,17 @@ class SqlApplier:
         UPDATEs and DELETEs one statement per row, each checked to match its one row.
         """
         sql, order = self._text(batch)
-        cursor = self._db.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         rows: list[Any] = (batch.params if order is None else
                            [tuple(p[name] for name in order) for p in batch.params])
+        cursor = self._db.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            self._render(batch, check, sql, rows, cursor)
+        finally:
+            cursor.close()
+
+    def _render(self, batch: _Batch, check: bool, sql: str, rows: list[Any],
+                cursor: Any) -> None:
+        """Queue the statements of one batch (``rows``: the driver's parameters)."""
         if batch.action is RowAction.INSERT:
             match = RE_INSERT_VALUES.match(sql)
             if match is None:
