@@ -21,11 +21,12 @@ from consumers.memory.config import MemoryTarget
 from consumers.metrics import ConsumerMetrics
 from consumers.mongodb.config import MongoTarget
 from consumers.sql.config import SqlTarget
+from consumers.warehouse.config import WarehouseTarget
 from replicator.config import ServiceSettings
 
 #: Every target configuration, told apart by its ``type``.
 TargetConfig = Annotated[SqlTarget | MemoryTarget | ElasticsearchTarget | ChangesTarget
-                         | MongoTarget, Field(discriminator="type")]
+                         | MongoTarget | WarehouseTarget, Field(discriminator="type")]
 
 #: type -> "module:factory"; a factory takes (target configuration, ApplierContext).
 _FACTORIES: dict[str, str] = {
@@ -34,6 +35,7 @@ _FACTORIES: dict[str, str] = {
     "elasticsearch": "consumers.elasticsearch.applier:ElasticsearchApplier",
     "changes": "consumers.changes.applier:ChangesApplier",
     "mongodb": "consumers.mongodb.applier:MongoApplier",
+    "warehouse": "consumers.warehouse.applier:WarehouseApplier",
 }
 
 

@@ -4,14 +4,15 @@ Run by ``make demo`` after the stack is up. It
 
 1. sets every consumer group OFFLINE (``trepctl offline``) and starts one ``trep-run``
    process (``python -m trep.runner -c demo/demo.yml``): the extractor and the groups
-   ``mariadb``, ``postgresql``, ``elasticsearch``, ``changes`` and ``mongodb``;
+   ``mariadb``, ``postgresql``, ``elasticsearch``, ``changes``, ``mongodb`` and
+   ``warehouse`` (Spark/Delta);
 2. commits a marker on the source and waits until the THL holds it, so whatever reached the
    binlog since the last run is in the THL before the demo tables are rebuilt;
 3. puts ``mariadb`` ONLINE from its stored position (it applies that backlog, then the
    rebuild's DDL); drops the PostgreSQL demo schema (that target skips DDL: the applier makes
    the schema and tables again from the THL's row changes) and puts ``postgresql`` ONLINE
    with ``--from-seqno`` after the marker, as one re-provisions a target; ``mongodb`` the
-   same way, its demo collections dropped first;
+   same way, its demo collections dropped first, and ``warehouse``, its Delta tables emptied;
 4. drops and recreates the demo tables on the source, then commits a few hundred
    transactions of inserts, updates and deletes over two tables, one without a primary key,
    with unicode, NULLs, decimals and binary, while the runner replicates;
@@ -42,6 +43,7 @@ from typing import Any
 
 import pymysql
 import sqlalchemy as sa
+import yaml
 from confluent_kafka.admin import AdminClient
 from kazoo.exceptions import NoNodeError
 
@@ -54,6 +56,7 @@ from replicator.control import ComponentNodes
 from replicator.state import State
 from replicator.tracking import CommitSeqnoTable
 from replicator.zk import connect
+from stack.services.spark import warehouse_spark
 from stack.settings import RUN_DIR, port
 from thl_topics.errors import ThlTopicMissing
 from thl_topics.event import ThlEvent
@@ -507,8 +510,14 @@ def main() -> int:
     for name, default in DEFAULT_PORTS.items():
         text = text.replace(f"127.0.0.1:{default}", f"127.0.0.1:{port(name)}")
         text = text.replace(f"port: {default}", f"port: {port(name)}")
+    text = text.replace("@RUN_DIR@", str(RUN_DIR))
+    data = yaml.safe_load(text)
+    for group in data.get("consumers", {}).values():
+        if group["target"].get("type") == "warehouse":
+            # The stack's Spark settings (pre-fetched Delta jars) in place of the defaults.
+            group["target"].setdefault("spark", warehouse_spark("local[2]"))
     CONFIG.parent.mkdir(parents=True, exist_ok=True)
-    CONFIG.write_text(text)
+    CONFIG.write_text(yaml.safe_dump(data, sort_keys=False))
     cfg = load_config(CONFIG)
     log = RUN_DIR / "demo-runner.log"
     log.parent.mkdir(exist_ok=True)

@@ -10,6 +10,8 @@ Points (where they are, and what is durable when the process dies there):
 ``apply-handshake``        consumer: stored position read, before seeking the THL
 ``apply-between-fragments`` consumer: a fragment of a seqno applied, the next not yet
 ``apply-after-ddl``        SQL consumer: a DDL ran (MySQL committed it), its position not
+``apply-between-tables``   warehouse consumer: one table of the block merged into Delta,
+                           the next table not yet
 ``apply-before-position``  consumer: the block's data written, the position not yet
 ``apply-committed``        consumer: data and position committed, ZooKeeper mirror and
                            Kafka offset not yet
@@ -30,7 +32,7 @@ log = logging.getLogger(__name__)
 
 POINTS = frozenset({
     "apply-handshake", "apply-between-fragments", "apply-after-ddl", "apply-before-position",
-    "apply-committed", "extract-between-fragments", "extract-committed",
+    "apply-between-tables", "apply-committed", "extract-between-fragments", "extract-committed",
 })
 ENV = "TREP_CRASH_AT"
 EXIT_STATUS = 137

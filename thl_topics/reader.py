@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -196,6 +197,21 @@ class ThlReader:
                                  f"{exc.args[0].str()}") from exc
         offset = found[0].offset
         return self.watermarks()[1] if offset < 0 else int(offset)
+
+    def follow(self, start_offset: int, stop: threading.Event,
+               idle: float = 0.5) -> Iterator[ThlRecord]:
+        """Records from ``start_offset`` on, waiting for new ones, until ``stop`` is set."""
+        self._consumer.assign([TopicPartition(self.topic, 0, start_offset)])
+        while not stop.is_set():
+            msg = self._consumer.poll(idle)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise self._read_error(err, "read failed")
+            yield self.to_record(msg)
 
     def sample(self, offset: int) -> tuple[int, int] | None:
         """(offset, seqno) of the first record at or after ``offset``, None past the end."""

@@ -20,6 +20,7 @@ _TARGETS: dict[str, str] = {
     "elasticsearch": "demo.targets.elasticsearch:ElasticsearchDemoTarget",
     "changes": "demo.targets.changes:ChangesDemoTarget",
     "mongodb": "demo.targets.mongodb:MongoDemoTarget",
+    "warehouse": "demo.targets.warehouse:WarehouseDemoTarget",
 }
 
 

@@ -22,9 +22,12 @@ _FACTORIES: dict[str, str] = {
     "ferretdb": "stack.services.ferretdb:service",
     "spark": "stack.services.spark:service",
     "apicurio": "stack.services.apicurio:service",
+    "spark-standalone": "stack.services.spark_standalone:service",
 }
 
 NAMES: tuple[str, ...] = tuple(_FACTORIES)
+#: Started only when named (by the test that needs them), never by a bare ``stack up``.
+ON_DEMAND: tuple[str, ...] = ("spark-standalone",)
 
 
 def get(name: str) -> Service:
@@ -39,7 +42,7 @@ def get(name: str) -> Service:
 
 def select(names: list[str] | None = None) -> list[Service]:
     """Services by name in start order; all of them when ``names`` is empty."""
-    wanted = names or list(NAMES)
+    wanted = names or [n for n in NAMES if n not in ON_DEMAND]
     for name in wanted:
         if name not in _FACTORIES:
             raise KeyError(f"unknown service {name!r}; known: {', '.join(NAMES)}")

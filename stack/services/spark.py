@@ -20,7 +20,7 @@ import pyspark
 from stack.errors import StackError
 from stack.fetch import maven_runtime_jars
 from stack.service import Service
-from stack.settings import HOST, JAVA_HOME, cache_dir, service_dir
+from stack.settings import HOST, JAVA_HOME, REPO_ROOT, cache_dir, service_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -124,6 +124,60 @@ def service() -> Spark:
     return Spark()
 
 
+def prepare_env() -> Path:
+    """Environment and log configuration every Spark JVM of the stack needs; its folder.
+
+    pyspark starts the JVM with this process's environment (a JDK 25 on PATH breaks it), and
+    child processes (``trep-run`` spawned by tests, ``spark-submit``) inherit it.
+    """
+    svc = Spark()
+    svc.start()
+    spark_dir = service_dir("spark")
+    log4j = spark_dir / "log4j2.properties"
+    log4j.write_text(_LOG4J.format(log=svc.log))
+    os.environ["JAVA_HOME"] = str(JAVA_HOME)
+    # Python workers (UDFs, RDD lambdas) must be this interpreter, with the same packages.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    # Without it Spark picks the first non-loopback interface for its block manager.
+    os.environ["SPARK_LOCAL_IP"] = HOST
+    os.environ["SPARK_LOCAL_DIRS"] = str(spark_dir / "tmp")
+    # Python workers import this project's modules (THL decoding in executors).
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(REPO_ROOT) not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *paths])
+    return spark_dir
+
+
+def base_conf(warehouse: Path | None = None) -> dict[str, str]:
+    """Spark settings of the local stack: Delta, the pre-fetched jars, 1 GiB, no UI, small
+    shuffles, 127.0.0.1, Spark's log in ``.run/spark/spark.log``."""
+    svc = Spark()
+    spark_dir = prepare_env()
+    java_opts = (f"-Dlog4j.configurationFile={spark_dir / 'log4j2.properties'} "
+                 f"-Dderby.system.home={spark_dir / 'derby'}")
+    return {
+        "spark.jars": ",".join(str(j) for j in svc.jars()),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.driver.memory": "1g",
+        "spark.driver.extraJavaOptions": java_opts,
+        "spark.executor.extraJavaOptions": java_opts,
+        "spark.driver.bindAddress": HOST,
+        "spark.driver.host": HOST,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.default.parallelism": "2",
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.sql.warehouse.dir": str(warehouse or spark_dir / "warehouse"),
+    }
+
+
+def warehouse_spark(master: str = "local[2]", **extra: str) -> dict[str, object]:
+    """The ``spark:`` section of a warehouse target on the local stack."""
+    return {"master": master, "conf": {**base_conf(), **extra}}
+
+
 def session(app_name: str, warehouse: Path | None = None) -> SparkSession:
     """A local SparkSession with Delta, Kafka and Avro: 2 cores, 1 GiB, JDK 17, no UI.
 
@@ -132,36 +186,9 @@ def session(app_name: str, warehouse: Path | None = None) -> SparkSession:
     """
     from pyspark.sql import SparkSession
 
-    svc = Spark()
-    svc.start()
-    spark_dir = service_dir("spark")
-    log4j = spark_dir / "log4j2.properties"
-    log4j.write_text(_LOG4J.format(log=svc.log))
-    # pyspark starts the JVM with this process's environment; a JDK 25 on PATH breaks it.
-    os.environ["JAVA_HOME"] = str(JAVA_HOME)
-    # Python workers (UDFs, RDD lambdas) must be this interpreter, with the same packages.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    # Without it Spark picks the first non-loopback interface for its block manager.
-    os.environ["SPARK_LOCAL_IP"] = HOST
-    os.environ["SPARK_LOCAL_DIRS"] = str(spark_dir / "tmp")
-    java_opts = (f"-Dlog4j.configurationFile={log4j} "
-                 f"-Dderby.system.home={spark_dir / 'derby'}")
-    builder = (
-        SparkSession.builder.appName(app_name)
-        .master("local[2]")
-        .config("spark.jars", ",".join(str(j) for j in svc.jars()))
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config("spark.sql.catalog.spark_catalog",
-                "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .config("spark.driver.memory", "1g")
-        .config("spark.driver.extraJavaOptions", java_opts)
-        .config("spark.driver.bindAddress", HOST)
-        .config("spark.driver.host", HOST)
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.warehouse.dir", str(warehouse or spark_dir / "warehouse"))
-    )
+    builder = SparkSession.builder.appName(app_name).master("local[2]")
+    for key, value in base_conf(warehouse).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark

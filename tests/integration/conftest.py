@@ -155,6 +155,11 @@ def apicurio() -> Any:
     return _serve("apicurio")
 
 
+@pytest.fixture(scope="session")
+def spark_standalone() -> Any:
+    return _serve("spark-standalone")
+
+
 @pytest.fixture
 def unused_port() -> int:
     """A TCP port nothing listens on at the moment (for a metrics endpoint)."""

@@ -12,7 +12,7 @@ from stack.settings import REPO_ROOT
 
 COMPOSE = REPO_ROOT / "docker-compose.yml"
 #: The stack runs FerretDB where users with Docker run a real MongoDB.
-COMPOSE_NAME = {"ferretdb": "mongodb"}
+COMPOSE_NAME = {"ferretdb": "mongodb", "spark-standalone": "spark-worker"}
 
 
 def test_compose_file_is_valid_and_names_every_stack_service() -> None:

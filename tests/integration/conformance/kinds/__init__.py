@@ -16,6 +16,7 @@ KINDS: dict[str, str] = {
     "changes": "changes:ChangesKind",
     "changes_json": "changes:ChangesJsonKind",
     "mongodb": "mongodb:MongoDBKind",
+    "warehouse": "warehouse:WarehouseKind",
 }
 
 

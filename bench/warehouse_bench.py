@@ -1,0 +1,233 @@
+"""Warehouse benchmark (Spark local[2] + Delta), not a test: nothing is asserted.
+
+1. **MERGE**: a Delta table of ``--base-rows`` rows (default 1,000,000) made by the
+   warehouse's own MERGE path, then ``--batches`` batches of ``--batch-rows`` row changes
+   (default 100,000: 50 % updates of existing keys, 40 % inserts, 10 % deletes), each staged
+   as CSV and materialized exactly as the applier does (read, ANSI casts, last operation per
+   key, seqno-guarded MERGE). Beside it, a plain Delta append of the same typed rows.
+2. **end to end**: ``--e2e-rows`` rows in THL events of ``--txn-rows`` rows published to a
+   fresh THL topic, applied by a warehouse group in this process (its Spark is this one)
+   from start to the position reaching the last seqno: rows/s from THL to Delta.
+
+JSON lands in ``bench/results/warehouse.json``; the console shows a summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from consumers.warehouse import session as spark_sessions  # noqa: E402
+from consumers.warehouse.config import SparkSettings, WarehouseTarget  # noqa: E402
+from consumers.warehouse.merge import DeltaWriter  # noqa: E402
+from consumers.warehouse.staging import BatchStager, StagingArea  # noqa: E402
+from stack.services.spark import warehouse_spark  # noqa: E402
+from stack.settings import RUN_DIR, port  # noqa: E402
+from thl_topics.event import (  # noqa: E402
+    ColumnSpec,
+    DataItem,
+    RowAction,
+    RowChange,
+    ThlEvent,
+)
+
+SPECS = [ColumnSpec(1, "id", "INT", primary_key=True, nullable=False),
+         ColumnSpec(2, "name", "VARCHAR", length=40),
+         ColumnSpec(3, "amount", "DECIMAL", length=12, scale=2),
+         ColumnSpec(4, "updated", "DATETIME", scale=6)]
+
+
+def _row(i: int, version: int) -> list[Any]:
+    return [i, f"name {i} v{version} ü", f"{(i * 7 + version) % 100000}.{i % 100:02d}",
+            f"2024-01-{1 + i % 28:02d} 12:00:00.{i % 1000000:06d}"]
+
+
+def _events(seqno: int, rows: list[tuple[RowAction, list[Any]]], per_event: int
+            ) -> list[ThlEvent]:
+    events = []
+    for start in range(0, len(rows), per_event):
+        chunk = rows[start:start + per_event]
+        items: list[DataItem] = []
+        for action, values in chunk:
+            if action is RowAction.INSERT:
+                items.append(RowChange(action, "bench", "items", SPECS, [], [values]))
+            elif action is RowAction.DELETE:
+                items.append(RowChange(action, "bench", "items", [], SPECS, [], [values]))
+            else:
+                items.append(RowChange(action, "bench", "items", SPECS, SPECS, [values],
+                                       [values]))
+        events.append(ThlEvent(seqno=seqno, epoch=0, source_id="bench",
+                               event_id=f"bench:{seqno}", shard_id="bench",
+                               tstamp=1_700_000_000_000_000 + seqno, data=items))
+        seqno += 1
+    return events
+
+
+def merge_bench(args: argparse.Namespace, spark: Any, base: Path) -> dict[str, Any]:
+    cfg = WarehouseTarget(location=str(base))
+    writer = DeltaWriter(spark, cfg)
+    area = StagingArea(cfg.staging(), "bench", "merge")
+
+    def materialize(events: list[ThlEvent], app: str) -> tuple[float, float, int]:
+        """(staging seconds, read + MERGE seconds, staged lines); prints the split."""
+        stager = BatchStager()
+        t0 = time.monotonic()
+        for event in events:
+            stager.add(event)
+        for i, seg in enumerate(stager.segments):
+            area.write(seg, i, spark)
+        staged = time.monotonic() - t0
+        plans = writer.plan(stager.segments, history=False)
+        t1 = time.monotonic()
+        for plan in plans:
+            writer.read(plan)
+        read = time.monotonic() - t1
+        for plan in plans:
+            writer.prepare_table(plan)
+            writer.merge(plan, app, {"tungsten": {"low": plan.segment.low,
+                                                  "high": plan.segment.high}})
+        total = time.monotonic() - t1
+        print(f"  read+type+collapse {read:.2f} s, MERGE {total - read:.2f} s", flush=True)
+        return staged, total, sum(s.rows for s in stager.segments)
+
+    # The 1,000,000-row base table, through the same path (inserts only).
+    seqno, t0 = 0, time.monotonic()
+    for start in range(0, args.base_rows, 250_000):
+        rows = [(RowAction.INSERT, _row(i, 0))
+                for i in range(start, min(args.base_rows, start + 250_000))]
+        events = _events(seqno, rows, 1000)
+        seqno += len(events)
+        materialize(events, "bench.base")
+    base_s = time.monotonic() - t0
+    results: list[dict[str, float]] = []
+    next_id = args.base_rows
+    for b in range(args.batches):
+        rows = []
+        for k in range(args.batch_rows):
+            kind = k % 10
+            if kind < 5:
+                i = (b * args.batch_rows + k * 13) % args.base_rows
+                rows.append((RowAction.UPDATE, _row(i, b + 1)))
+            elif kind < 9:
+                rows.append((RowAction.INSERT, _row(next_id, 0)))
+                next_id += 1
+            else:
+                i = (b * args.batch_rows * 3 + k * 17) % args.base_rows
+                rows.append((RowAction.DELETE, _row(i, 0)))
+        events = _events(seqno, rows, 100)
+        seqno += len(events)
+        staged, merged, lines = materialize(events, "bench.batches")
+        # The reference: the same typed rows appended to a plain Delta table.
+        stager = BatchStager()
+        for event in events:
+            stager.add(event)
+        for i, seg in enumerate(stager.segments):
+            area.write(seg, 100 + i, spark)
+        (plan_one,) = writer.plan(stager.segments, history=False)
+        frame = writer.read(plan_one)
+        t2 = time.monotonic()
+        frame.write.format("delta").mode("append").save(f"file://{base}/append_ref")
+        append_s = time.monotonic() - t2
+        results.append({"row_changes": args.batch_rows, "staged_lines": lines,
+                        "stage_s": round(staged, 3), "merge_s": round(merged, 3),
+                        "merge_rows_per_s": round(args.batch_rows / merged),
+                        "append_s": round(append_s, 3),
+                        "append_rows_per_s": round(args.batch_rows / append_s)})
+        print(f"batch {b}: {args.batch_rows:,} row changes merged in {merged:.2f} s "
+              f"({args.batch_rows / merged:,.0f} rows/s); staging {staged:.2f} s; plain "
+              f"append {append_s:.2f} s ({args.batch_rows / append_s:,.0f} rows/s)",
+              flush=True)
+    count = spark.read.format("delta").load(f"file://{base}/bench/items").count()
+    return {"base_rows": args.base_rows, "base_build_s": round(base_s, 1),
+            "final_rows": count, "batches": results}
+
+
+def e2e_bench(args: argparse.Namespace, base: Path) -> dict[str, Any]:
+    import yaml
+
+    from stack.services.kafka import Kafka
+    from thl_topics.admin import ThlTopicSpec, ensure_thl_topic
+    from thl_topics.producer import ThlProducer
+    from trep.config import load_config
+    from trep.runner import Runner
+
+    name = f"wb{uuid.uuid4().hex[:8]}"
+    kafka = Kafka()
+    config = base / f"{name}.yml"
+    config.write_text(yaml.safe_dump({
+        "service": name, "kafka": {"bootstrap_servers": kafka.bootstrap},
+        "zookeeper": {"hosts": f"127.0.0.1:{port('zookeeper')}"},
+        "source": {"host": "127.0.0.1", "port": 1, "user": "root", "password": ""},
+        "consumers": {"w": {"target": {"type": "warehouse", "location": str(base / name),
+                                       "spark": warehouse_spark("local[2]")},
+                            "block_commit_rows": args.e2e_block_rows,
+                            "block_commit_ms": 30000}}}))
+    cfg = load_config(config)
+    ensure_thl_topic(kafka.admin(), ThlTopicSpec(cfg.thl_topic))
+    producer = ThlProducer(kafka.bootstrap, cfg.thl_topic, f"bench-{name}")
+    rows = [(RowAction.INSERT, _row(i, 0)) for i in range(args.e2e_rows)]
+    rows += [(RowAction.UPDATE, _row(i, 1)) for i in range(0, args.e2e_rows, 2)]
+    events = _events(0, rows, args.txn_rows)
+    for event in events:
+        producer.publish(event)
+        if event.seqno % 50 == 49:
+            producer.commit()
+    producer.commit()
+    producer.close()
+    last = events[-1].seqno
+    runner = Runner(cfg, extractor=False, consumers=["w"])
+    runtime = runner.runtimes[0]
+    t0 = time.monotonic()
+    runner.start()
+    while runtime.status.appliedLastSeqno < last:
+        if runtime.status.state == "OFFLINE:ERROR":
+            raise SystemExit(f"the group failed: {runtime.status.pendingExceptionMessage}")
+        time.sleep(0.05)
+    wall = time.monotonic() - t0
+    runner.stop()
+    runner.wait()
+    kafka.admin().delete_topics([cfg.thl_topic])
+    return {"row_changes": len(rows), "events": len(events),
+            "block_rows": args.e2e_block_rows, "wall_s": round(wall, 2),
+            "rows_per_s": round(len(rows) / wall)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base-rows", type=int, default=1_000_000)
+    parser.add_argument("--batch-rows", type=int, default=100_000)
+    parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--e2e-rows", type=int, default=100_000)
+    parser.add_argument("--e2e-block-rows", type=int, default=50_000)
+    parser.add_argument("--txn-rows", type=int, default=100)
+    parser.add_argument("--skip-e2e", action="store_true")
+    args = parser.parse_args()
+    base = RUN_DIR / "warehouse-bench"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    # The applier's own session settings (consumers/warehouse/session.py), on local[2].
+    spark = spark_sessions.acquire(SparkSettings.model_validate(warehouse_spark("local[2]")))
+    out: dict[str, Any] = {"spark": "local[2]", "merge": merge_bench(args, spark, base)}
+    if not args.skip_e2e:
+        out["end_to_end"] = e2e_bench(args, base)
+        e2e = out["end_to_end"]
+        print(f"end to end: {e2e['row_changes']:,} row changes THL -> Delta in "
+              f"{e2e['wall_s']} s ({e2e['rows_per_s']:,} rows/s)")
+    results = ROOT / "bench" / "results"
+    results.mkdir(exist_ok=True)
+    (results / "warehouse.json").write_text(json.dumps(out, indent=2))
+    shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

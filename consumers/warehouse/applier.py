@@ -1,0 +1,268 @@
+"""The warehouse applier: Tungsten's batch apply on Spark and Delta Lake.
+
+A block (default: up to 10,000 rows or 30 s) is staged as CSV files, one per table and
+column layout (``staging.py``, seeds/002), and materialized by Spark: typed per the THL column
+specs, collapsed to the last operation per key by (seqno, row), and MERGEd into one Delta
+table per source table (``merge.py``). Statements (DDL) are not replayed: new source columns
+become new Delta columns from the row changes themselves.
+
+Exactly once (atomicity: seqno-guarded). Delta has no transaction across tables, so a block
+commits table by table, then the position (``trep_commit_seqno``, a Delta table) last, as a
+compare-and-set. A crash anywhere in between leaves tables that are ahead of the position;
+the replay from the position changes nothing in them: every MERGE carries Delta's
+transaction id (``tungsten.<service>.<group>.g<generation>``, version = the segment's last
+seqno), which Delta skips when it already committed it, and a row is only ever replaced by
+a change with a higher seqno (``_seqno`` is kept in every row). ``reset`` and
+``--from-seqno`` start a new generation, so a deliberate replay is applied, converging to the
+same tables.
+
+Crash points: ``apply-between-tables`` (one table of the block merged, the next not),
+``apply-before-position`` (every table merged, the position not written),
+``apply-committed``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from consumers.applier import Atomicity, BlockLimits, Capabilities, StatementPolicy
+from consumers.errors import ConsumerError, DataError, PositionConflict, TransientError
+from consumers.heartbeat import Heartbeat
+from consumers.position import Position
+from consumers.registry import ApplierContext
+from consumers.warehouse import session as spark_sessions
+from consumers.warehouse.config import WarehouseTarget
+from consumers.warehouse.errors import classify
+from consumers.warehouse.merge import DeltaWriter
+from consumers.warehouse.staging import BatchStager, Segment, StagingArea, StagingError
+from consumers.warehouse.tracking import DeltaTracking
+from replicator import crashpoints
+from replicator.progress import CatchUp
+from thl_topics.errors import ThlError
+from thl_topics.event import ThlEvent
+from thl_topics.reader import ThlReader
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+#: Tungsten's batch defaults: 10,000 rows or 30 seconds, whichever comes first.
+DEFAULT_BLOCK = BlockLimits(events=1_000_000, rows=10_000, bytes=256 << 20, ms=30_000)
+
+
+class WarehouseApplier:
+    """Applies THL events to Delta tables through CSV staging and Spark MERGEs."""
+
+    def __init__(self, cfg: WarehouseTarget, ctx: ApplierContext) -> None:
+        self.cfg = cfg
+        self.service = ctx.service.service
+        self.group = ctx.group
+        self.target = f"warehouse {cfg.location}"
+        self.capabilities = Capabilities(
+            atomicity=Atomicity.SEQNO_GUARDED, statements=StatementPolicy.SKIP,
+            keyless_tables=cfg.keyless == "history", block=DEFAULT_BLOCK)
+        self.area = StagingArea(cfg.staging(), self.service, self.group)
+        self._spark: SparkSession | None = None
+        self._writer: DeltaWriter | None = None
+        self._tracking: DeltaTracking | None = None
+        self._stager = self._new_stager()
+        self._written: list[Segment] = []
+        self._beats: list[Heartbeat] = []
+        self._generation = 0
+        #: The stored seqno this applier last read or wrote (compare-and-set).
+        self._expected: int | None = None
+        self._settings = ctx.service
+        self._catch_up = CatchUp(f"warehouse {self.group}")
+
+    def _new_stager(self) -> BatchStager:
+        return BatchStager(self.cfg.separator, self.cfg.quote_all, self.cfg.zero_dates)
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            raise RuntimeError("not connected: connect() first")
+        return self._spark
+
+    @property
+    def tracking(self) -> DeltaTracking:
+        if self._tracking is None:
+            raise RuntimeError("not connected: connect() first")
+        return self._tracking
+
+    @property
+    def writer(self) -> DeltaWriter:
+        if self._writer is None:
+            raise RuntimeError("not connected: connect() first")
+        return self._writer
+
+    def app_id(self) -> str:
+        """Delta's transaction application id of this group and generation."""
+        return f"tungsten.{self.service}.{self.group}.g{self._generation}"
+
+    # -- connection -------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        try:
+            if self._spark is not None and not spark_sessions.alive(self._spark):
+                log.warning("%s: Spark went away; starting a new session", self.target)
+                spark_sessions.release(self._spark)
+                self._spark = None
+            if self._spark is None:
+                self._spark = spark_sessions.acquire(self.cfg.spark)
+            self._writer = DeltaWriter(self.spark, self.cfg)
+            self._tracking = DeltaTracking(self.spark, self.cfg.tracking(self.service))
+            self.tracking.create()
+            if self.cfg.mode == "merge" and not self.cfg.keep_staging:
+                # Whatever is left was staged by a block that did not commit: it is staged
+                # again from the THL.
+                self.area.clear(self._spark)
+        except ConsumerError:
+            raise
+        except Exception as exc:
+            raise self._classify(exc, "opening the warehouse") from exc
+
+    def position(self) -> Position | None:
+        try:
+            stored = self.tracking.read()
+        except Exception as exc:
+            raise self._classify(exc, "reading trep_commit_seqno") from exc
+        self._generation = stored.generation
+        self._expected = stored.position.seqno if stored.position else None
+        self._watch_backlog(self._expected)
+        return stored.position
+
+    def _watch_backlog(self, applied: int | None) -> None:
+        """Show catch-up progress when the THL is far ahead of the stored position."""
+        try:
+            with ThlReader(self._settings.kafka.client(), self._settings.thl_topic,
+                           poll_timeout=2.0) as reader:
+                tail = reader.tail()
+        except ThlError as exc:  # progress is informational; the runtime reports the THL
+            log.debug("%s: no THL tail for progress: %s", self.target, exc)
+            return
+        if tail is not None:
+            self._catch_up.start(-1 if applied is None else applied, tail.seqno)
+
+    def reset(self) -> None:
+        try:
+            self._generation = self.tracking.bump_generation()
+        except Exception as exc:
+            raise self._classify(exc, "clearing trep_commit_seqno") from exc
+        self._expected = None
+        log.info("%s: position cleared; generation %d", self.target, self._generation)
+
+    def close(self) -> None:
+        self.rollback()
+        self._catch_up.stop()
+        if self._spark is not None:
+            spark_sessions.release(self._spark)
+            self._spark = None
+
+    # -- blocks -----------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        self._stager = self._new_stager()
+        self._written = []
+        self._beats = []
+
+    def apply(self, event: ThlEvent) -> None:
+        try:
+            self._stager.add(event)
+        except StagingError as exc:
+            raise DataError(str(exc), seqno=event.seqno, event_id=event.event_id) from exc
+        if event.last_frag and self._stager.rows >= self.cfg.staging_flush_rows:
+            # On a seqno boundary only: a seqno's rows of one table stay in one file.
+            self._write_staged()
+
+    def heartbeat(self, beat: Heartbeat) -> None:
+        self._beats.append(beat)
+
+    def _write_staged(self) -> None:
+        for seg in self._stager.segments:
+            try:
+                self.area.write(seg, len(self._written), self._spark)
+            except OSError as exc:
+                raise TransientError(f"{self.target}: cannot write staging file "
+                                     f"{self.area.uri_of(seg, len(self._written))}: {exc}",
+                                     seqno=seg.low) from exc
+            seg.lines = []
+            self._written.append(seg)
+        self._stager.clear()
+
+    def commit(self, position: Position) -> None:
+        try:
+            self._write_staged()
+            segments = self._written
+            if self.cfg.mode == "stage-only":
+                self.tracking.record_staged(segments, self._generation, self.app_id())
+            else:
+                self._materialize(segments, position)
+            if self._beats:
+                self.tracking.heartbeats(self._beats)
+            crashpoints.reached("apply-before-position")
+            if not self.tracking.advance(position, self._expected, self._generation):
+                raise PositionConflict(
+                    f"{self.target}: trep_commit_seqno moved under this consumer (expected "
+                    f"seqno {self._expected}): another process applies the same consumer "
+                    "group. Its tables are seqno-guarded, so nothing was applied twice; run "
+                    "one process per group.", seqno=position.seqno)
+        except ConsumerError:
+            self._forget()
+            raise
+        except Exception as exc:
+            self._forget()
+            raise self._classify(exc, f"committing up to seqno {position.seqno}") from exc
+        self._expected = position.seqno
+        rows = sum(s.rows for s in segments)
+        if self.cfg.mode == "merge" and not self.cfg.keep_staging:
+            try:
+                self.area.remove([s.uri for s in segments], self._spark)
+            except OSError as exc:  # committed already: a leftover file is only clutter
+                log.warning("%s: cannot remove staging files: %s", self.target, exc)
+        self._written = []
+        self._beats = []
+        self._catch_up.committed(position.seqno, rows)
+
+    def _materialize(self, segments: list[Segment], position: Position) -> None:
+        writer = self.writer
+        plans = writer.plan(segments, history=self.cfg.keyless == "history")
+        started = time.monotonic()
+        for plan in plans:
+            try:
+                writer.read(plan)
+            except Exception as exc:
+                error = self._classify(exc, f"reading staging file {plan.segment.uri} of "
+                                            f"{plan.segment.qualified} (seqnos "
+                                            f"{plan.segment.low}..{plan.segment.high})")
+                raise error from exc
+        for i, plan in enumerate(plans):
+            if i > 0:
+                crashpoints.reached("apply-between-tables")
+            writer.prepare_table(plan)
+            seg = plan.segment
+            metadata = {"tungsten": {
+                "service": self.service, "group": self.group, "generation": self._generation,
+                "table": seg.qualified, "low": seg.low, "high": seg.high, "rows": seg.rows,
+                "block_high": position.seqno}}
+            if not writer.merge(plan, self.app_id(), metadata):
+                log.info("%s: %s seqnos %d..%d already merged (Delta transaction %s v%d)",
+                         self.target, plan.ref, seg.low, seg.high, self.app_id(), seg.high)
+        log.debug("%s: %d segment(s) merged in %.2f s", self.target, len(plans),
+                  time.monotonic() - started)
+
+    def rollback(self) -> None:
+        self._forget()
+
+    def _forget(self) -> None:
+        self._stager = self._new_stager()
+        self._written = []
+        self._beats = []
+        if self._writer is not None:
+            self._writer.forget()
+
+    def _classify(self, exc: BaseException, doing: str, seqno: int = -1
+                  ) -> TransientError | DataError | PositionConflict:
+        return classify(exc, self.target, doing, seqno)

@@ -1,0 +1,135 @@
+"""The Spark session of a warehouse applier.
+
+One SparkContext per process: the first warehouse applier of a process that has none starts
+it (``local[*]`` inside this process by default, or a cluster's master URL) and stops it when
+the last one closes. Under ``spark-submit``, or in a process that already runs Spark (a test
+session, a notebook), the existing context is used and left running. Each applier works in
+its own ``newSession()``: Delta's transaction-id and commit-metadata settings are session
+SQL settings, so two groups in one process never see each other's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import TYPE_CHECKING
+
+from consumers.warehouse.config import SparkSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
+#: Settings every warehouse session runs with (a group's ``spark.conf`` may override the
+#: tuning ones; the correctness ones are forced: see ``FORCED``).
+DEFAULTS = {
+    "spark.ui.showConsoleProgress": "false",
+    # Each block's materialized source is dropped by Spark's cleaner once unreferenced; a
+    # long-running replicator should not wait the default 30 minutes for that.
+    "spark.cleaner.periodicGC.interval": "5min",
+    "spark.sql.shuffle.partitions": "8",
+    # Delta's default of 50 tasks to rebuild a table's state is far too many for the small
+    # logs of per-table batches.
+    "spark.databricks.delta.snapshotPartitions": "4",
+    # The MERGE source is already materialized (localCheckpoint, so cast errors surface
+    # before any table is written): Delta need not materialize it a second time.
+    "spark.databricks.delta.merge.materializeSource": "none",
+    # A block's source rows (10,000 by default, 100,000 in the benchmark) are broadcast to
+    # the target scan instead of shuffling the whole target table.
+    "spark.sql.autoBroadcastJoinThreshold": "64m",
+}
+#: Exactness depends on these: TIMESTAMP text is UTC, bad text fails instead of NULL.
+FORCED = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.ansi.enabled": "true",
+    "spark.sql.caseSensitive": "false",
+}
+
+_lock = threading.Lock()
+_owned: SparkSession | None = None
+_users = 0
+
+
+def acquire(settings: SparkSettings) -> SparkSession:
+    """A new session on this process's Spark (started here if there is none)."""
+    global _owned, _users
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    with _lock:
+        if SparkContext._active_spark_context is None:
+            # Under spark-submit the driver's gateway already carries the submitted master
+            # and jars: they win over the group's settings.
+            submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+            builder = SparkSession.builder.appName(settings.app_name)
+            if not submitted:
+                builder = builder.master(settings.master)
+            conf = {**DEFAULTS, **settings.conf}
+            extensions = conf.get("spark.sql.extensions", "")
+            if DELTA_EXTENSION not in extensions:
+                conf["spark.sql.extensions"] = ",".join(
+                    e for e in (extensions, DELTA_EXTENSION) if e)
+            conf.setdefault("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
+            for key, value in conf.items():
+                builder = builder.config(key, value)
+            if not submitted and "spark.jars" not in conf and "spark.jars.packages" not in conf:
+                from delta import configure_spark_with_delta_pip
+
+                builder = configure_spark_with_delta_pip(builder)
+            log.info("starting Spark (master %s)",
+                     "from spark-submit" if submitted else settings.master)
+            base = builder.getOrCreate()
+            _owned = base
+            _users = 0
+        else:
+            base = SparkSession.builder.getOrCreate()
+        if base is _owned:
+            _users += 1
+        spark = base.newSession()
+        for key, value in {**{k: v for k, v in DEFAULTS.items() if k.startswith("spark.sql")
+                              or k.startswith("spark.databricks")},
+                           **{k: v for k, v in settings.conf.items()
+                              if k.startswith(("spark.sql.", "spark.databricks."))
+                              and not k.startswith(("spark.sql.extensions",
+                                                    "spark.sql.catalog.spark_catalog",
+                                                    "spark.sql.warehouse"))},
+                           **FORCED}.items():
+            spark.conf.set(key, value)
+        return spark
+
+
+def release(spark: SparkSession) -> None:
+    """This applier is done with its session; the last user of a Spark this module started
+    stops it (and its JVM's work: executors on a cluster are released)."""
+    global _owned, _users
+    with _lock:
+        if _owned is None:
+            return
+        try:
+            same = spark.sparkContext is _owned.sparkContext
+        except Exception:  # a dead gateway: nothing to compare, nothing to keep
+            same = True
+        if not same:
+            return
+        _users -= 1
+        if _users > 0:
+            return
+        owned, _owned = _owned, None
+    try:
+        owned.stop()
+    except Exception as exc:  # stopping must not raise (close() never raises)
+        log.debug("stopping Spark: %s", exc)
+
+
+def alive(spark: SparkSession) -> bool:
+    """True while the session's JVM and SparkContext answer."""
+    try:
+        sc = spark.sparkContext
+        return sc._jsc is not None and not sc._jsc.sc().isStopped()
+    except Exception:
+        return False

@@ -1,0 +1,262 @@
+"""CSV staging files in Tungsten's batch-apply layout (seeds/002).
+
+Each line is one row operation::
+
+    OPTYPE <sep> SEQNO <sep> ROW <sep> COMMIT TIME <sep> column 1 <sep> ... column n
+
+- OPTYPE: ``I`` insert, ``D`` delete, ``UD`` / ``UI`` the delete and insert halves of an
+  update (before image, then after image: a key change moves the row).
+- SEQNO: the THL seqno; ROW: the row's ordinal inside its seqno (across fragments), so
+  (SEQNO, ROW) orders every operation of the THL and names it uniquely.
+- COMMIT TIME: the source commit time, UTC, ``YYYY-MM-DD HH:MM:SS.ffffff``.
+- The columns in source order, as ``types.staged_text`` writes them: numbers in plain text,
+  binary values in base64.
+
+The separator is 0x01 (Hive's, Tungsten's default) or a comma. A field that holds the
+separator, a quote, a line break, or nothing at all is quoted with ``"`` (quotes doubled), so
+NULL (an empty unquoted field) differs from the empty string (``""``). ``quote_all`` quotes
+every non-NULL field (Redshift-style). One file holds one table's rows of one block with one
+column layout: a source ALTER inside a block starts a new file.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from consumers.warehouse.types import ZeroDate, commit_time_text, path_safe, staged_text
+from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: A text that marks NULL to Spark's CSV reader: an empty unquoted field reads as this.
+#: No THL value may equal it (refused at staging), so it never hides real data.
+NULL_MARK = "\U0010fffd\U0010fffdNULL\U0010fffd"
+
+
+class StagingError(ValueError):
+    """A value that cannot be staged; the message names the column."""
+
+
+def layout_of(specs: list[ColumnSpec]) -> tuple[tuple[str, str, int, int, bool, bool], ...]:
+    """What makes two row changes of a table share a staging file."""
+    return tuple((c.name, c.type.upper(), c.length, c.scale, c.unsigned, c.primary_key)
+                 for c in specs)
+
+
+@dataclass
+class Segment:
+    """Rows of one table in one column layout, in THL order: one staging file."""
+
+    schema: str
+    table: str
+    columns: list[ColumnSpec]
+    lines: list[str] = field(default_factory=list)
+    low: int = -1
+    high: int = -1
+    #: Seqnos whose rows are in this segment (the first one raises data errors).
+    seqnos: list[int] = field(default_factory=list)
+    #: Where it was written (set by ``StagingArea.write``).
+    uri: str = ""
+    #: Lines staged (``lines`` is emptied once they are written out).
+    count: int = 0
+    #: A field holds a line break: Spark must read the file whole (multiLine), not split.
+    multiline: bool = False
+
+    @property
+    def key(self) -> list[str]:
+        """Primary key column names, in source order (empty: no key)."""
+        return [c.name for c in self.columns if c.primary_key]
+
+    @property
+    def rows(self) -> int:
+        return self.count
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+
+class BatchStager:
+    """Turns a block's THL events into staging segments (one per table and layout)."""
+
+    def __init__(self, separator: str = "\x01", quote_all: bool = False,
+                 zero_dates: str = "null") -> None:
+        self.separator = separator
+        self.quote_all = quote_all
+        self.zero_dates = zero_dates
+        self.segments: list[Segment] = []
+        self._open: dict[tuple[str, str], Segment] = {}
+        self._row = 0
+        self._seqno = -1
+        self.rows = 0
+
+    def clear(self) -> None:
+        """Forget every segment (after they were written, or on rollback)."""
+        self.segments = []
+        self._open = {}
+        self.rows = 0
+
+    def add(self, event: ThlEvent) -> None:
+        """Stage every row change of one fragment (statements are not staged)."""
+        if event.seqno != self._seqno or event.fragno == 0:
+            self._seqno, self._row = event.seqno, 0
+        commit = commit_time_text(event.tstamp)
+        for item in event.data:
+            if isinstance(item, RowChange):
+                self._change(item, event.seqno, commit)
+
+    def _segment(self, change: RowChange, seqno: int) -> Segment:
+        specs = change.column_specs or change.key_specs
+        name = (change.schema, change.table)
+        seg = self._open.get(name)
+        if seg is None or layout_of(seg.columns) != layout_of(specs):
+            seg = Segment(change.schema, change.table, list(specs), low=seqno)
+            self._open[name] = seg
+            self.segments.append(seg)
+        if not seg.seqnos or seg.seqnos[-1] != seqno:
+            seg.seqnos.append(seqno)
+        seg.high = seqno
+        return seg
+
+    def _change(self, change: RowChange, seqno: int, commit: str) -> None:
+        seg = self._segment(change, seqno)
+        action = change.action
+        if action is RowAction.UPDATE and change.key_specs and change.column_specs and \
+                layout_of(change.key_specs) != layout_of(change.column_specs):
+            raise StagingError(f"{seg.qualified}: an UPDATE whose before and after images "
+                               "have different columns (binlog_row_image must be FULL)")
+        sep, q = self.separator, '"' if self.quote_all else ""
+        prefix = f"{q}{sep}{q}{seqno}{q}{sep}{q}"
+        tail = f"{q}{sep}{q}{commit}{q}{sep}"
+        for r in range(change.row_count):
+            if action is RowAction.INSERT:
+                ops = [("I", change.column_values[r], change.column_specs)]
+            elif action is RowAction.DELETE:
+                ops = [("D", change.key_values[r], change.key_specs)]
+            else:
+                ops = [("UD", change.key_values[r], change.key_specs),
+                       ("UI", change.column_values[r], change.column_specs)]
+            for op, values, specs in ops:
+                fields = [self._field(spec, value, seg, seqno)
+                          for spec, value in zip(specs, values, strict=True)]
+                seg.lines.append(q + op + prefix + str(self._row) + tail
+                                 + sep.join(fields))
+                seg.count += 1
+                self._row += 1
+                self.rows += 1
+
+    def _field(self, spec: ColumnSpec, value: Any, seg: Segment, seqno: int) -> str:
+        try:
+            text = staged_text(spec, value, self.zero_dates)
+        except ZeroDate as exc:
+            raise StagingError(f"{seg.qualified} column {spec.name} (seqno {seqno}): {exc}; "
+                               "Spark has no zero date (zero_dates: null stores NULL)") from exc
+        if text is None:
+            return ""
+        if text == NULL_MARK:
+            raise StagingError(f"{seg.qualified} column {spec.name} (seqno {seqno}): the "
+                               "value equals the staging NULL marker")
+        if "\n" in text or "\r" in text:
+            seg.multiline = True
+            return '"' + text.replace('"', '""') + '"'
+        if self.quote_all or not text or '"' in text or self.separator in text:
+            return '"' + text.replace('"', '""') + '"'
+        return text
+
+
+def read_options(separator: str, multiline: bool = True) -> dict[str, str]:
+    """Spark CSV reader options that read staging files back exactly (``FAILFAST``: a
+    malformed file fails the batch rather than dropping or nulling lines). A file without
+    line breaks inside fields is read in parallel splits."""
+    return {"sep": separator, "quote": '"', "escape": '"',
+            "multiLine": "true" if multiline else "false",
+            "mode": "FAILFAST", "header": "false", "nullValue": NULL_MARK, "emptyValue": "",
+            "ignoreLeadingWhiteSpace": "false", "ignoreTrailingWhiteSpace": "false",
+            "encoding": "UTF-8", "enforceSchema": "true"}
+
+
+def staging_schema(segment: Segment) -> str:
+    """The all-text schema a staging file is read with (columns by position)."""
+    cols = ", ".join(f"c{i} STRING" for i in range(len(segment.columns)))
+    return "_op STRING, _seqno STRING, _row STRING, _committime STRING" + (
+        f", {cols}" if cols else "")
+
+
+class StagingArea:
+    """Where one consumer group's staging files go: ``<staging>/<service>/<group>/``.
+
+    ``file://`` is written directly by Python; any other scheme (``s3a://``, ``hdfs://``,
+    ``abfss://``) through Spark's Hadoop FileSystem, with Spark's Hadoop configuration.
+    """
+
+    def __init__(self, base_uri: str, service: str, group: str) -> None:
+        self.root = f"{base_uri.rstrip('/')}/{path_safe(service)}/{path_safe(group)}"
+        self.local = urlparse(self.root).scheme == "file"
+
+    def uri_of(self, segment: Segment, index: int) -> str:
+        return (f"{self.root}/{path_safe(segment.schema)}/{path_safe(segment.table)}/"
+                f"{segment.low:020d}-{segment.high:020d}-{index:04d}.csv")
+
+    def write(self, segment: Segment, index: int, spark: SparkSession | None) -> str:
+        """Write one segment (replacing a file of the same name); its URI. OSError if the
+        location cannot be written."""
+        target = self.uri_of(segment, index)
+        data = ("\n".join(segment.lines) + "\n").encode("utf-8")
+        if self.local:
+            path = Path(urlparse(target).path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+            with tmp.open("wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, path)
+        else:
+            if spark is None:
+                raise OSError(f"{target}: a remote staging location needs Spark")
+            fs, hpath = _hadoop(spark, target)
+            out = fs.create(hpath, True)
+            try:
+                out.write(bytearray(data))
+            finally:
+                out.close()
+        segment.uri = target
+        return target
+
+    def remove(self, uris: list[str], spark: SparkSession | None) -> None:
+        """Delete staging files (missing ones are fine)."""
+        for target in uris:
+            if self.local:
+                Path(urlparse(target).path).unlink(missing_ok=True)
+            elif spark is not None:
+                fs, hpath = _hadoop(spark, target)
+                fs.delete(hpath, False)
+
+    def clear(self, spark: SparkSession | None) -> None:
+        """Delete everything this group staged (merge mode: a restart stages again)."""
+        if self.local:
+            root = Path(urlparse(self.root).path)
+            for path in sorted(_files(root), reverse=True):
+                path.unlink(missing_ok=True)
+        elif spark is not None:
+            fs, hpath = _hadoop(spark, self.root)
+            fs.delete(hpath, True)
+
+
+def _files(root: Path) -> Iterator[Path]:
+    if root.is_dir():
+        yield from (p for p in root.rglob("*") if p.is_file())
+
+
+def _hadoop(spark: SparkSession, target: str) -> tuple[Any, Any]:
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    hpath = jvm.org.apache.hadoop.fs.Path(target)  # type: ignore[union-attr]
+    return hpath.getFileSystem(conf), hpath

@@ -1,0 +1,163 @@
+"""The group's tracking store as Delta tables under ``<tracking_uri>``.
+
+- ``trep_commit_seqno``: Tungsten's columns (seeds/003) plus ``generation``: one row per
+  task. Written last in every block, as a compare-and-set (a MERGE that only matches the
+  position this applier read; Delta's optimistic concurrency refuses a concurrent writer).
+  ``generation`` counts ``reset`` / ``--from-seqno``: it is part of every Delta transaction
+  id, so a replay after a reset is applied instead of being skipped as already done.
+- ``heartbeat``: Tungsten's heartbeat columns, one row per heartbeat id.
+- ``trep_staged_files``: in ``stage-only`` mode, every staging file written, with its seqno
+  range, table, row count and column layout, for the external loader.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from consumers.heartbeat import Heartbeat
+from consumers.position import Position
+from consumers.warehouse.merge import TXN_APP_ID, TXN_VERSION, USER_METADATA
+from consumers.warehouse.staging import Segment
+from consumers.warehouse.types import quote_name
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+COMMIT_SEQNO = (
+    "task_id INT, seqno BIGINT, fragno INT, last_frag STRING, source_id STRING, "
+    "epoch_number BIGINT, eventid STRING, applied_latency INT, update_timestamp TIMESTAMP, "
+    "shard_id STRING, extract_timestamp TIMESTAMP, connection_id BIGINT, generation BIGINT")
+HEARTBEAT = ("id BIGINT, seqno BIGINT, eventid STRING, source_tstamp TIMESTAMP, "
+             "target_tstamp TIMESTAMP, lag_millis BIGINT, salt BIGINT, name STRING")
+STAGED_FILES = ("seqno_low BIGINT, seqno_high BIGINT, schema_name STRING, table_name STRING, "
+                "uri STRING, row_count BIGINT, columns STRING, key_columns STRING, "
+                "staged_at TIMESTAMP, generation BIGINT")
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What ``trep_commit_seqno`` holds for a task."""
+
+    position: Position | None
+    generation: int
+
+
+class DeltaTracking:
+    """Reads and writes the tracking tables of one group."""
+
+    def __init__(self, spark: SparkSession, base_uri: str) -> None:
+        self.spark = spark
+        self.base = base_uri.rstrip("/")
+
+    def uri(self, table: str) -> str:
+        return f"{self.base}/{table}"
+
+    def ref(self, table: str) -> str:
+        return "delta." + quote_name(self.uri(table))
+
+    def create(self) -> None:
+        """Create the tracking tables if missing."""
+        for table, cols in (("trep_commit_seqno", COMMIT_SEQNO), ("heartbeat", HEARTBEAT),
+                            ("trep_staged_files", STAGED_FILES)):
+            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {self.ref(table)} ({cols}) "
+                           "USING delta")
+
+    def read(self, task_id: int = 0) -> Stored:
+        rows = self.spark.sql(f"SELECT * FROM {self.ref('trep_commit_seqno')} "
+                              f"WHERE task_id = {int(task_id)}").collect()
+        if not rows:
+            return Stored(None, 0)
+        row = rows[0]
+        generation = int(row["generation"] or 0)
+        if row["seqno"] is None:
+            return Stored(None, generation)
+        return Stored(Position(seqno=row["seqno"], epoch=row["epoch_number"],
+                               event_id=row["eventid"] or "", source_id=row["source_id"] or "",
+                               fragno=row["fragno"] or 0, last_frag=row["last_frag"] != "0",
+                               shard_id=row["shard_id"] or ""), generation)
+
+    def advance(self, position: Position | None, expected: int | None, generation: int,
+                task_id: int = 0) -> bool:
+        """Move the position from ``expected`` to ``position`` (None: clear it), with
+        ``generation``; False if the stored seqno is not ``expected`` (nothing written)."""
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        if position is not None:
+            source = dt.datetime(1970, 1, 1) + dt.timedelta(  # noqa: DTZ001
+                microseconds=position.tstamp)
+            latency = max(0, int((now - source).total_seconds()))
+            values: tuple[Any, ...] = (
+                task_id, position.seqno, position.fragno, "1" if position.last_frag else "0",
+                position.source_id, position.epoch, position.event_id, latency, now,
+                position.shard_id, source, None, generation)
+        else:
+            values = (task_id, None, None, None, None, None, None, None, now, None, None,
+                      None, generation)
+        view = f"tungsten_position_{uuid.uuid4().hex}"
+        self.spark.createDataFrame([values], COMMIT_SEQNO).createOrReplaceTempView(view)
+        guard = "t.seqno IS NULL" if expected is None else f"t.seqno = {int(expected)}"
+        sql = (f"MERGE INTO {self.ref('trep_commit_seqno')} t USING {view} s "
+               f"ON t.task_id = s.task_id WHEN MATCHED AND {guard} THEN UPDATE SET *")
+        if expected is None:
+            sql += " WHEN NOT MATCHED THEN INSERT *"
+        try:
+            self._plain()
+            done = self.spark.sql(sql).collect()
+        finally:
+            self.spark.catalog.dropTempView(view)
+        return bool(done) and int(done[0]["num_affected_rows"]) == 1
+
+    def bump_generation(self, task_id: int = 0) -> int:
+        """Clear the position and start a new generation; the new generation."""
+        stored = self.read(task_id)
+        generation = stored.generation + 1
+        self._plain()
+        self.spark.sql(f"DELETE FROM {self.ref('trep_commit_seqno')} "
+                       f"WHERE task_id = {int(task_id)}")
+        if not self.advance(None, None, generation, task_id):
+            raise RuntimeError("trep_commit_seqno changed during a reset")
+        return generation
+
+    def heartbeats(self, beats: list[Heartbeat]) -> None:
+        """Upsert heartbeat rows (the last one per id)."""
+        latest = {b.id: b for b in beats}
+
+        def naive(t: dt.datetime | None) -> dt.datetime | None:
+            return t.astimezone(dt.UTC).replace(tzinfo=None) if t is not None else None
+        rows = [(b.id, b.seqno, b.event_id, naive(b.source_tstamp), naive(b.target_tstamp),
+                 b.lag_millis, b.salt, b.name) for b in latest.values()]
+        view = f"tungsten_heartbeat_{uuid.uuid4().hex}"
+        self.spark.createDataFrame(rows, HEARTBEAT).createOrReplaceTempView(view)
+        try:
+            self._plain()
+            self.spark.sql(f"MERGE INTO {self.ref('heartbeat')} t USING {view} s "
+                           "ON t.id = s.id WHEN MATCHED THEN UPDATE SET * "
+                           "WHEN NOT MATCHED THEN INSERT *").collect()
+        finally:
+            self.spark.catalog.dropTempView(view)
+
+    def record_staged(self, segments: list[Segment], generation: int, app_id: str) -> None:
+        """Append the block's staging files to ``trep_staged_files`` (idempotent per block:
+        Delta's transaction id, version = the block's last seqno)."""
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        rows = [(s.low, s.high, s.schema, s.table, s.uri, s.rows,
+                 json.dumps([c.to_avro() for c in s.columns]), ",".join(s.key), now,
+                 generation) for s in segments]
+        if not rows:
+            return
+        frame = self.spark.createDataFrame(rows, STAGED_FILES)
+        conf = self.spark.conf
+        conf.set(TXN_APP_ID, app_id)
+        conf.set(TXN_VERSION, str(max(s.high for s in segments)))
+        try:
+            frame.write.format("delta").mode("append").save(self.uri("trep_staged_files"))
+        finally:
+            self._plain()
+
+    def _plain(self) -> None:
+        """No transaction id or metadata of a data MERGE may leak into a tracking write."""
+        for key in (TXN_APP_ID, TXN_VERSION, USER_METADATA):
+            self.spark.conf.unset(key)

@@ -1,0 +1,167 @@
+"""THL column specs as Spark/Delta types, and values in their CSV staging form.
+
+How each MySQL/MariaDB type lands in Delta (Spark SQL type names):
+
+=====================================  ======================================================
+source type                            Delta column (staged text)
+=====================================  ======================================================
+TINYINT / SMALLINT / MEDIUMINT, INT    TINYINT / SMALLINT / INT / INT; UNSIGNED: the next
+                                       wider integer (TINYINT UNSIGNED -> SMALLINT ...)
+BIGINT                                 BIGINT; UNSIGNED: DECIMAL(20,0) (max 18446744073709551615)
+BIT(n)                                 BIGINT for n <= 63, DECIMAL(20,0) for BIT(64)
+YEAR                                   SMALLINT
+DECIMAL(p,s)                           DECIMAL(p,s) up to p = 38, Delta's (and Spark's) limit;
+                                       wider ones (DECIMAL(65,30)) as STRING holding the exact
+                                       plain-notation text ("-0.000...001"), never rounded
+FLOAT / DOUBLE                         FLOAT / DOUBLE (shortest round-trip text)
+DATE / DATETIME / TIMESTAMP            DATE / TIMESTAMP_NTZ / TIMESTAMP (UTC instant); zero
+                                       dates have no Spark form: NULL or an error
+                                       (``zero_dates``)
+TIME                                   STRING, MySQL's text ("-838:59:59.000001")
+CHAR, VARCHAR, TEXT, ENUM, SET, JSON   STRING (JSON as its exact text)
+BINARY, VARBINARY, BLOB, GEOMETRY      BINARY (base64 in the staging file)
+=====================================  ======================================================
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import re
+
+from thl_topics.event import ColumnSpec, ThlValue
+from thl_topics.values import DECIMAL_TYPES, from_thl
+
+#: Widest DECIMAL Delta holds.
+MAX_DECIMAL_PRECISION = 38
+BINARY_TYPES = frozenset({"BINARY", "VARBINARY", "BLOB", "GEOMETRY"})
+_DECIMAL = re.compile(r"decimal\((\d+),(\d+)\)")
+#: Decimal digits each integer type needs (its widest value, sign aside).
+_INT_DIGITS = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 19}
+_INT_ORDER = ("tinyint", "smallint", "int", "bigint")
+
+
+class ZeroDate(ValueError):
+    """A MySQL zero date, which no Spark type can hold."""
+
+
+def spark_type(spec: ColumnSpec) -> str:
+    """The Delta column type of a THL column, as Spark's ``simpleString`` spells it."""
+    kind = spec.type.upper()
+    unsigned = spec.unsigned
+    if kind == "TINYINT":
+        return "smallint" if unsigned else "tinyint"
+    if kind == "SMALLINT":
+        return "int" if unsigned else "smallint"
+    if kind in ("MEDIUMINT", "INT", "INTEGER"):
+        return "bigint" if unsigned else "int"
+    if kind == "BIGINT":
+        return "decimal(20,0)" if unsigned else "bigint"
+    if kind == "BIT":
+        return "bigint" if 0 < spec.length <= 63 else "decimal(20,0)"
+    if kind == "YEAR":
+        return "smallint"
+    if kind in DECIMAL_TYPES:
+        precision = spec.length or 10
+        if precision > MAX_DECIMAL_PRECISION:
+            return "string"
+        return f"decimal({precision},{spec.scale})"
+    if kind == "FLOAT":
+        return "float"
+    if kind in ("DOUBLE", "REAL"):
+        return "double"
+    if kind == "DATE":
+        return "date"
+    if kind == "DATETIME":
+        return "timestamp_ntz"
+    if kind == "TIMESTAMP":
+        return "timestamp"
+    if kind in BINARY_TYPES:
+        return "binary"
+    return "string"
+
+
+def cast_expression(column: str, delta_type: str) -> str:
+    """Spark SQL turning staged text in ``column`` (already quoted) into ``delta_type``.
+
+    Spark runs with ANSI casts, so text that does not parse fails the batch instead of
+    turning into NULL.
+    """
+    if delta_type == "string":
+        return column
+    if delta_type == "binary":
+        return f"unbase64({column})"
+    if delta_type == "timestamp":
+        # The THL holds TIMESTAMP as UTC wall time: say so, whatever the session's zone.
+        return f"CAST(concat({column}, 'Z') AS TIMESTAMP)"
+    return f"CAST({column} AS {delta_type.upper()})"
+
+
+def staged_text(spec: ColumnSpec, raw: ThlValue, zero_dates: str = "null") -> str | None:
+    """The staging file's text of one THL value (None: SQL NULL).
+
+    Raises ZeroDate for a zero date when ``zero_dates`` is ``error``.
+    """
+    if raw is None:
+        return None
+    kind = spec.type.upper()
+    if kind in BINARY_TYPES or isinstance(raw, bytes):
+        value = from_thl(spec, raw)  # BINARY(n): its 0x00 padding back
+        data = value if isinstance(value, bytes) else str(value).encode()
+        return base64.b64encode(data).decode("ascii")
+    if kind in ("DATE", "DATETIME", "TIMESTAMP") and isinstance(raw, str) \
+            and raw.startswith("0000-00-00"):
+        if zero_dates == "error":
+            raise ZeroDate(f"zero date {raw!r}")
+        return None
+    if isinstance(raw, float):
+        return repr(raw)
+    if isinstance(raw, int):
+        return str(raw)
+    return raw
+
+
+def holds(existing: str, incoming: str) -> bool:
+    """True when a Delta column of type ``existing`` holds every value of ``incoming``."""
+    if existing == incoming:
+        return True
+    if existing == "string":
+        return incoming != "binary"
+    if existing == "double":
+        return incoming == "float" or incoming in ("tinyint", "smallint", "int")
+    if incoming in _INT_ORDER and existing in _INT_ORDER:
+        return _INT_ORDER.index(incoming) <= _INT_ORDER.index(existing)
+    wide = _DECIMAL.fullmatch(existing)
+    if wide is None:
+        return existing == "timestamp_ntz" and incoming == "date"
+    precision, scale = int(wide.group(1)), int(wide.group(2))
+    if incoming in _INT_DIGITS:
+        return _INT_DIGITS[incoming] <= precision - scale
+    narrow = _DECIMAL.fullmatch(incoming)
+    if narrow is None:
+        return False
+    p, s = int(narrow.group(1)), int(narrow.group(2))
+    return s <= scale and p - s <= precision - scale
+
+
+def commit_time_text(tstamp_micros: int) -> str:
+    """A THL commit time (microseconds since the epoch, UTC) as staged text."""
+    when = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=tstamp_micros)  # noqa: DTZ001
+    return when.strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def quote_name(name: str) -> str:
+    """A Spark SQL identifier, quoted with backticks."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def path_safe(name: str) -> str:
+    """A schema or table name as one path segment: [A-Za-z0-9_] kept, every other byte of
+    its UTF-8 form as ``-hh`` (injective: '-' appears only as that escape)."""
+    out = []
+    for ch in name:
+        if ch.isascii() and (ch.isalnum() or ch == "_"):
+            out.append(ch)
+        else:
+            out.extend(f"-{b:02x}" for b in ch.encode())
+    return "".join(out) or "-"

@@ -1,0 +1,86 @@
+"""The warehouse kind: Delta tables materialized by Spark (local[2], in the test process).
+
+Declared: tables without a primary key are refused (the default ``keyless: refuse``), and
+every write is seqno-guarded (replay-safe). "Target down" for an in-process Spark means the
+storage it writes is unavailable: the staging location is replaced by a plain file (root
+ignores permissions, so chmod would prove nothing) and put back after 30 s; the group
+retries with backoff and converges.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from consumers.warehouse.types import path_safe
+from stack.service import Service
+from stack.services.spark import warehouse_spark
+from stack.settings import RUN_DIR
+
+from ...sparks import canonical, delta_rows, live_session
+from ..tables import Table
+from .base import Kind, Row
+
+BASE = RUN_DIR / "warehouse-conformance"
+
+
+class StagingOutage:
+    """``stop()`` makes the staging location unwritable, ``start()`` brings it back."""
+
+    def __init__(self, staging: Path) -> None:
+        self.staging = staging
+        self.aside = staging.with_name(staging.name + ".away")
+
+    def stop(self) -> None:
+        self.staging.mkdir(parents=True, exist_ok=True)
+        self.staging.rename(self.aside)
+        self.staging.write_text("the staging location is down (conformance test)\n")
+
+    def start(self) -> None:
+        self.staging.unlink(missing_ok=True)
+        if self.aside.exists():
+            self.aside.rename(self.staging)
+
+
+class WarehouseKind(Kind):
+    name = "warehouse"
+    servers = ("spark",)
+    keyless = False
+    replay_safe = True
+    #: A spawned trep-run starts its own Spark (tens of seconds on 2 busy cores).
+    startup_s = 240.0
+
+    def __init__(self, servers: dict[str, Service]) -> None:
+        super().__init__(servers)
+        live_session()  # the JVM the in-process appliers share
+        self.location: Path | None = None
+
+    def target(self, service: str) -> dict[str, Any]:
+        self.location = BASE / service
+        return {"type": "warehouse", "location": str(self.location),
+                "spark": warehouse_spark("local[2]")}
+
+    def _path(self, schema: str, table: Table) -> str:
+        assert self.location is not None
+        return f"file://{self.location}/{path_safe(schema)}/{path_safe(table.name)}"
+
+    def rows(self, schema: str, table: Table) -> list[Row]:
+        found = delta_rows(self._path(schema, table), table.columns)
+        return [tuple(canonical(c, v) for c, v in zip(table.columns, r, strict=True))
+                for r in found]
+
+    def normalize(self, table: Table, row: Row) -> Row:
+        return tuple(canonical(c, v) for c, v in zip(table.columns, row, strict=True))
+
+    def empty(self, schema: str, tables: Sequence[Table]) -> None:
+        assert self.location is not None
+        shutil.rmtree(self.location / path_safe(schema), ignore_errors=True)
+
+    def drop(self, schema: str, service: str) -> None:
+        shutil.rmtree(BASE / service, ignore_errors=True)
+
+    def server(self) -> Service:
+        assert self.location is not None
+        return cast(Service, StagingOutage(self.location / "staging"))

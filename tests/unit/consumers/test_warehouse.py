@@ -1,0 +1,125 @@
+"""Pure logic of the warehouse applier: type map, staged text, staging lines, schema
+compatibility, path-safe names, time travel by seqno, block limits."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+
+from consumers.warehouse.history import CommitRange, version_for_seqno
+from consumers.warehouse.staging import NULL_MARK, BatchStager, StagingError
+from consumers.warehouse.types import (
+    cast_expression,
+    holds,
+    path_safe,
+    spark_type,
+    staged_text,
+)
+from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent
+
+
+def _spec(kind: str, length: int = 0, scale: int = 0, unsigned: bool = False,
+          key: bool = False) -> ColumnSpec:
+    return ColumnSpec(1, "c", kind, length=length, scale=scale, unsigned=unsigned,
+                      primary_key=key)
+
+
+@pytest.mark.parametrize(("spec", "expected"), [
+    (_spec("TINYINT"), "tinyint"), (_spec("TINYINT", unsigned=True), "smallint"),
+    (_spec("INT", unsigned=True), "bigint"), (_spec("BIGINT", unsigned=True), "decimal(20,0)"),
+    (_spec("BIT", 64), "decimal(20,0)"), (_spec("BIT", 9), "bigint"),
+    (_spec("DECIMAL", 38, 10), "decimal(38,10)"), (_spec("DECIMAL", 65, 30), "string"),
+    (_spec("DATETIME", scale=6), "timestamp_ntz"), (_spec("TIMESTAMP"), "timestamp"),
+    (_spec("TIME"), "string"), (_spec("JSON"), "string"), (_spec("BLOB"), "binary"),
+    (_spec("FLOAT"), "float"), (_spec("YEAR"), "smallint"), (_spec("SET"), "string"),
+])
+def test_type_map(spec: ColumnSpec, expected: str) -> None:
+    assert spark_type(spec) == expected
+
+
+def test_staged_text_keeps_values_exact() -> None:
+    assert staged_text(_spec("BIGINT", unsigned=True), "18446744073709551615") == \
+        "18446744073709551615"
+    assert staged_text(_spec("BINARY", 4), b"\x00\x01") == "AAEAAA=="  # padded back to 4
+    assert staged_text(_spec("VARBINARY"), b"") == ""
+    assert staged_text(_spec("DOUBLE"), 0.1) == "0.1"
+    assert staged_text(_spec("DATE"), "0000-00-00") is None
+    with pytest.raises(ValueError, match="zero date"):
+        staged_text(_spec("DATETIME"), "0000-00-00 00:00:00", "error")
+    assert staged_text(_spec("VARCHAR"), None) is None
+    assert cast_expression("c0", "timestamp") == "CAST(concat(c0, 'Z') AS TIMESTAMP)"
+    assert cast_expression("c0", "binary") == "unbase64(c0)"
+
+
+def test_staging_lines_follow_the_seeds_layout() -> None:
+    specs = [ColumnSpec(1, "id", "INT", primary_key=True), ColumnSpec(2, "s", "VARCHAR")]
+    stager = BatchStager(separator=",")
+    stager.add(ThlEvent(7, 0, "src", "e", "sh", 1_700_000_000_000_000, data=[
+        RowChange(RowAction.INSERT, "d", "t", specs, [], [[1, 'a"b,c\nd'], [2, ""]]),
+        RowChange(RowAction.UPDATE, "d", "t", specs, specs, [[3, None]], [[2, ""]])]))
+    (seg,) = stager.segments
+    assert (seg.low, seg.high, seg.key, seg.rows) == (7, 7, ["id"], 4)
+    parsed = list(csv.reader(io.StringIO("\n".join(seg.lines) + "\n")))
+    t = "2023-11-14 22:13:20.000000"
+    assert parsed == [["I", "7", "0", t, "1", 'a"b,c\nd'], ["I", "7", "1", t, "2", ""],
+                      ["UD", "7", "2", t, "2", ""], ["UI", "7", "3", t, "3", ""]]
+    # NULL is an empty unquoted field, the empty string a quoted one.
+    assert seg.lines[1].endswith(',""') and seg.lines[3].endswith(",")
+
+
+def test_a_new_layout_starts_a_new_staging_file_and_rows_number_across_fragments() -> None:
+    a = [ColumnSpec(1, "id", "INT", primary_key=True)]
+    b = [*a, ColumnSpec(2, "x", "INT")]
+    stager = BatchStager()
+    stager.add(ThlEvent(1, 0, "s", "e", "", 0, fragno=0, last_frag=False, data=[
+        RowChange(RowAction.INSERT, "d", "t", a, [], [[1], [2]])]))
+    stager.add(ThlEvent(1, 0, "s", "e", "", 0, fragno=1, data=[
+        RowChange(RowAction.INSERT, "d", "t", a, [], [[3]])]))
+    stager.add(ThlEvent(2, 0, "s", "e", "", 0, data=[
+        RowChange(RowAction.INSERT, "d", "t", b, [], [[4, 4]])]))
+    first, second = stager.segments
+    assert [line.split("\x01")[2] for line in first.lines] == ["0", "1", "2"]
+    assert (first.low, first.high, second.low, second.high) == (1, 1, 2, 2)
+
+
+def test_a_value_equal_to_the_null_marker_is_refused() -> None:
+    specs = [ColumnSpec(1, "s", "VARCHAR", primary_key=True)]
+    with pytest.raises(StagingError, match="NULL marker"):
+        BatchStager().add(ThlEvent(1, 0, "s", "e", "", 0, data=[
+            RowChange(RowAction.INSERT, "d", "t", specs, [], [[NULL_MARK]])]))
+
+
+@pytest.mark.parametrize(("existing", "incoming", "ok"), [
+    ("bigint", "int", True), ("int", "bigint", False), ("decimal(12,2)", "decimal(10,2)", True),
+    ("decimal(10,2)", "decimal(10,3)", False), ("decimal(20,0)", "bigint", True),
+    ("double", "float", True), ("string", "int", True), ("string", "binary", False),
+    ("timestamp_ntz", "date", True), ("date", "timestamp_ntz", False),
+])
+def test_which_delta_column_holds_a_changed_type(existing: str, incoming: str,
+                                                 ok: bool) -> None:
+    assert holds(existing, incoming) is ok
+
+
+def test_path_safe_names_are_injective() -> None:
+    assert path_safe("src_c12") == "src_c12"
+    names = ['sel`ect "tbl" ü', "a-b", "a/b", "a b", "a_2db", "-"]
+    assert len({path_safe(n) for n in names}) == len(names)
+    assert all("/" not in path_safe(n) and " " not in path_safe(n) for n in names)
+
+
+def test_version_for_seqno() -> None:
+    commits = [CommitRange(1, 0, 0, 9, "MERGE"), CommitRange(2, 0, 10, 20, "MERGE"),
+               CommitRange(3, 0, 30, 40, "MERGE")]
+    assert version_for_seqno(commits, 25) is not None
+    found = version_for_seqno(commits, 25)
+    assert found is not None and found.commit.version == 2 and found.exact
+    inside = version_for_seqno(commits, 15)
+    assert inside is not None and inside.commit.version == 2 and not inside.exact
+    assert "version 1 is the table as of seqno 9" in inside.describe()
+    assert version_for_seqno([CommitRange(1, 0, 5, 9, "MERGE")], 3) is None
+    # After a replay (generation 1) the newest generation covering the seqno wins.
+    replayed = [*commits, CommitRange(4, 1, 0, 40, "MERGE")]
+    again = version_for_seqno(replayed, 25)
+    assert again is not None and again.commit.version == 4 and not again.exact
