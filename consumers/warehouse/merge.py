@@ -19,6 +19,12 @@ For each staging segment (one table, one column layout, one block):
 
 Keyless tables in ``history`` mode get an insert-only MERGE on (``_seqno``, ``_row``): every
 row change is kept once, whatever the batch boundaries of a replay.
+
+Provisioning: a segment that starts with its table's first provisioned chunk
+(``Segment.truncate``) MERGEs with ``WHEN NOT MATCHED BY SOURCE THEN DELETE``: the table is
+emptied of every row the segment does not bring, in the same Delta commit (same transaction
+id, so a replay of the block skips both together). Row changes marked ``provisioning`` need
+nothing more: the MERGE is already an upsert, and a delete of a missing key is a no-op.
 """
 
 from __future__ import annotations
@@ -267,6 +273,10 @@ class DeltaWriter:
                        f"AND t.{SEQNO} >= {seg.low} "
                        f"WHEN NOT MATCHED THEN INSERT ({', '.join(every)}) "
                        f"VALUES ({', '.join('s.' + c for c in every)})")
+                if seg.truncate:
+                    # Every history row before the chunk goes (not matched: t._seqno < low).
+                    sql = sql.replace(f"AND t.{SEQNO} >= {seg.low} ", "")
+                    sql += " WHEN NOT MATCHED BY SOURCE THEN DELETE"
             else:
                 every = [*cols, SEQNO, COMMIT_TIME]
                 on = " AND ".join(f"t.{quote_name(k)} = s.{quote_name(k)}" for k in seg.key)
@@ -279,6 +289,8 @@ class DeltaWriter:
                        f"WHEN NOT MATCHED AND s.{OP} IN ('I', 'UI') "
                        f"THEN INSERT ({', '.join(every)}) "
                        f"VALUES ({', '.join('s.' + c for c in every)})")
+                if seg.truncate:
+                    sql += " WHEN NOT MATCHED BY SOURCE THEN DELETE"
             done = self.spark.sql(sql).collect()
         finally:
             self._txn(None, None, None)

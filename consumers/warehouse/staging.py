@@ -16,7 +16,9 @@ The separator is 0x01 (Hive's, Tungsten's default) or a comma. A field that hold
 separator, a quote, a line break, or nothing at all is quoted with ``"`` (quotes doubled), so
 NULL (an empty unquoted field) differs from the empty string (``""``). ``quote_all`` quotes
 every non-NULL field (Redshift-style). One file holds one table's rows of one block with one
-column layout: a source ALTER inside a block starts a new file.
+column layout: a source ALTER inside a block starts a new file, and so does a table's first
+provisioned chunk (``consumers.provisioning``): that file's segment is marked ``truncate``,
+so its MERGE also deletes every row of the table it does not bring.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from consumers.provisioning import chunk_of
 from consumers.warehouse.types import ZeroDate, commit_time_text, path_safe, staged_text
 from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent
 
@@ -68,6 +71,9 @@ class Segment:
     count: int = 0
     #: A field holds a line break: Spark must read the file whole (multiLine), not split.
     multiline: bool = False
+    #: Starts with the table's first provisioned chunk: the table's rows that this segment
+    #: does not bring go (re-provisioning repairs a drifted table).
+    truncate: bool = False
 
     @property
     def key(self) -> list[str]:
@@ -108,16 +114,22 @@ class BatchStager:
         if event.seqno != self._seqno or event.fragno == 0:
             self._seqno, self._row = event.seqno, 0
         commit = commit_time_text(event.tstamp)
+        chunk = chunk_of(event)
+        first = (chunk.schema, chunk.table) if chunk is not None and chunk.first and \
+            event.fragno == 0 else None
         for item in event.data:
             if isinstance(item, RowChange):
-                self._change(item, event.seqno, commit)
+                fresh = first == (item.schema, item.table)
+                # Only the chunk's first row change opens the truncating segment.
+                first = None if fresh else first
+                self._change(item, event.seqno, commit, fresh)
 
-    def _segment(self, change: RowChange, seqno: int) -> Segment:
+    def _segment(self, change: RowChange, seqno: int, fresh: bool = False) -> Segment:
         specs = change.column_specs or change.key_specs
         name = (change.schema, change.table)
         seg = self._open.get(name)
-        if seg is None or layout_of(seg.columns) != layout_of(specs):
-            seg = Segment(change.schema, change.table, list(specs), low=seqno)
+        if fresh or seg is None or layout_of(seg.columns) != layout_of(specs):
+            seg = Segment(change.schema, change.table, list(specs), low=seqno, truncate=fresh)
             self._open[name] = seg
             self.segments.append(seg)
         if not seg.seqnos or seg.seqnos[-1] != seqno:
@@ -125,8 +137,8 @@ class BatchStager:
         seg.high = seqno
         return seg
 
-    def _change(self, change: RowChange, seqno: int, commit: str) -> None:
-        seg = self._segment(change, seqno)
+    def _change(self, change: RowChange, seqno: int, commit: str, fresh: bool = False) -> None:
+        seg = self._segment(change, seqno, fresh)
         action = change.action
         if action is RowAction.UPDATE and change.key_specs and change.column_specs and \
                 layout_of(change.key_specs) != layout_of(change.column_specs):

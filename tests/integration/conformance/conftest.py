@@ -176,8 +176,9 @@ class Conformance:
             assert time.monotonic() < deadline, f"seqno {seqno} not applied: {status}"
             time.sleep(0.2)
 
-    def wait_source_applied(self, timeout: float = 180) -> int:
+    def wait_source_applied(self, timeout: float | None = None) -> int:
         """Until the group applied everything the source committed so far; that seqno."""
+        timeout = 180 + self.kind.startup_s if timeout is None else timeout
         marker = self.src(f"INSERT INTO {self.schema}.ready VALUES ()",
                           "SELECT LAST_INSERT_ID()")[0][0]
         deadline = time.monotonic() + timeout

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 
 import pytest
 
@@ -18,6 +19,7 @@ from consumers.warehouse.types import (
     staged_text,
 )
 from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent
+from thl_topics.records import META_PROVISION
 
 
 def _spec(kind: str, length: int = 0, scale: int = 0, unsigned: bool = False,
@@ -67,6 +69,27 @@ def test_staging_lines_follow_the_seeds_layout() -> None:
                       ["UD", "7", "2", t, "2", ""], ["UI", "7", "3", t, "3", ""]]
     # NULL is an empty unquoted field, the empty string a quoted one.
     assert seg.lines[1].endswith(',""') and seg.lines[3].endswith(",")
+
+
+def test_a_first_provisioned_chunk_starts_a_truncating_segment() -> None:
+    specs = [ColumnSpec(1, "id", "INT", primary_key=True)]
+    stager = BatchStager()
+    stager.add(ThlEvent(4, 0, "s", "e", "", 0, data=[
+        RowChange(RowAction.INSERT, "d", "t", specs, [], [[1]])]))
+
+    def chunk(seqno: int, number: int, rows: list[list[object]]) -> ThlEvent:
+        marks = {"id": "r1", "table": ["d", "t"], "chunk": number, "first": number == 0,
+                 "end": False, "rows": len(rows)}
+        return ThlEvent(seqno, 0, "s", "e", "", 0, metadata={META_PROVISION: json.dumps(marks)},
+                        data=[RowChange(RowAction.INSERT, "d", "t", specs, [], rows)])
+
+    stager.add(chunk(5, 0, []))  # an empty source table still empties the target's
+    stager.add(chunk(6, 1, [[2], [3]]))
+    before, first = stager.segments
+    assert (before.low, before.high, before.truncate) == (4, 4, False)
+    assert (first.low, first.high, first.rows, first.truncate) == (5, 6, 2, True)
+    # A later chunk of the same table is not a first one: it joins the open segment.
+    assert len(stager.segments) == 2
 
 
 def test_a_new_layout_starts_a_new_staging_file_and_rows_number_across_fragments() -> None:

@@ -24,6 +24,11 @@ class Kind(abc.ABC):
     keyless: bool = True
     #: Every write is guarded by the seqno: replaying applied seqnos is a no-op.
     replay_safe: bool = False
+    #: The applier takes part in consistency checks (``Capabilities.checks``); otherwise
+    #: ``trepctl check`` must report its tables ``unsupported``.
+    checks: bool = True
+    #: Extra seconds a spawned trep-run needs before it applies (a Spark JVM to start).
+    startup_s: float = 0.0
 
     def __init__(self, servers: dict[str, Service]) -> None:
         self.servers_up = servers

@@ -1,10 +1,11 @@
 """The warehouse kind: Delta tables materialized by Spark (local[2], in the test process).
 
-Declared: tables without a primary key are refused (the default ``keyless: refuse``), and
-every write is seqno-guarded (replay-safe). "Target down" for an in-process Spark means the
-storage it writes is unavailable: the staging location is replaced by a plain file (root
-ignores permissions, so chmod would prove nothing) and put back after 30 s; the group
-retries with backoff and converges.
+Declared: tables without a primary key are refused (the default ``keyless: refuse``), every
+write is seqno-guarded (replay-safe), and consistency checks are not supported yet
+(``trepctl check`` reports the group's tables ``unsupported``). "Target down" for an
+in-process Spark means the storage it writes is unavailable: the staging location is
+replaced by a plain file (root ignores permissions, so chmod would prove nothing) and put
+back after 30 s; the group retries with backoff and converges.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class WarehouseKind(Kind):
     servers = ("spark",)
     keyless = False
     replay_safe = True
+    checks = False
     #: A spawned trep-run starts its own Spark (tens of seconds on 2 busy cores).
     startup_s = 240.0
 
@@ -84,3 +86,12 @@ class WarehouseKind(Kind):
     def server(self) -> Service:
         assert self.location is not None
         return cast(Service, StagingOutage(self.location / "staging"))
+
+    def tamper(self, schema: str, table: Table, key: int, column: str, value: Any) -> None:
+        """One value changed in the Delta table (what a check would have to find)."""
+        from delta.tables import DeltaTable
+
+        quoted = "`" + column.replace("`", "``") + "`"
+        key_col = "`" + table.key[0].replace("`", "``") + "`"
+        DeltaTable.forPath(live_session(), self._path(schema, table)).update(
+            condition=f"{key_col} = {int(key)}", set={quoted: f"'{value}'"})
