@@ -85,10 +85,15 @@ class CraftedThl:
 
     def publish(self, *items: RowChange) -> int:
         """One THL event (a whole transaction) with these row changes; its seqno."""
+        return self.publish_event(*items)
+
+    def publish_event(self, *items: RowChange, metadata: dict[str, str] | None = None) -> int:
+        """``publish`` with event metadata (provisioning marks)."""
         seqno = self.next_seqno
         self.producer.publish(ThlEvent(seqno=seqno, epoch=0, source_id="crafted",
                                        event_id=f"crafted:{seqno:010d};0", shard_id="s",
-                                       tstamp=BASE_TSTAMP + seqno * 1000, data=list(items)))
+                                       tstamp=BASE_TSTAMP + seqno * 1000,
+                                       metadata=dict(metadata or {}), data=list(items)))
         self.producer.commit()
         self.next_seqno += 1
         return seqno

@@ -1,7 +1,7 @@
 """Warehouse apply semantics on crafted THL events: last operation per key, key changes,
 delete and re-insert in one batch, the type matrix's edge values, keyless history tables,
-schema evolution, stage-only mode, and bad input stopping at its seqno with nothing half
-committed."""
+schema evolution, stage-only mode, provisioning, and bad input stopping at its seqno with
+nothing half committed."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
+
+from thl_topics.records import META_PROVISION, META_PROVISIONING
 
 from ..sparks import live_session
 from .conftest import CraftedThl, delete, insert, spec, update
@@ -195,3 +197,37 @@ def test_stage_only_leaves_the_files_and_records_them(crafted: CraftedThl) -> No
         f'"UI","1","1","{stamp1}","1","q""uote"', f'"D","1","2","{stamp1}","2",']
     assert not crafted.exists(s, "items")  # nothing materialized: an external loader's job
     assert base64.b64encode(b"") == b""
+
+
+def _chunk(crafted: CraftedThl, table: str, number: int, end: bool,
+           *rows: list[Any]) -> int:
+    """One provisioned chunk of ``shop.<table>`` (marks as ``extractor.provision`` sets)."""
+    marks = {"id": "p1", "table": ["shop", table], "chunk": number, "first": number == 0,
+             "end": end, "rows": len(rows)}
+    return crafted.publish_event(insert("shop", table, ITEM, *rows),
+                                 metadata={META_PROVISION: json.dumps(marks)})
+
+
+def test_provisioning_empties_the_table_then_upserts_chunks_and_idempotent_changes(
+        crafted: CraftedThl) -> None:
+    s = "shop"
+    crafted.start()
+    # The target drifted: rows 1 and 3 were never on the source, row 2 holds a stale value.
+    crafted.wait_applied(crafted.publish(insert(s, "items", ITEM, [1, "ghost"], [2, "old"],
+                                                [3, "ghost"])))
+    _chunk(crafted, "items", 0, False, [2, "p2"], [4, "p4"])
+    # Binlog changes while the table is provisioned: applied idempotently (row 4 exists
+    # already, row 7 is not there to delete).
+    loose = {META_PROVISIONING: json.dumps([[s, "items"]])}
+    crafted.publish_event(insert(s, "items", ITEM, [4, "x"]), metadata=loose)
+    crafted.publish_event(delete(s, "items", ITEM, [7, None]), metadata=loose)
+    last = _chunk(crafted, "items", 1, True, [5, "p5"])
+    crafted.wait_applied(last)
+    assert crafted.rows(s, "items", ["id", "name"]) == [(2, "p2"), (4, "x"), (5, "p5")]
+    # Re-provisioning a table the source emptied: an empty first chunk empties the target.
+    crafted.wait_applied(_chunk(crafted, "items", 0, True))
+    assert crafted.rows(s, "items", ["id", "name"]) == []
+    # The Delta log tells where each emptying came from.
+    history = live_session().sql(
+        f"DESCRIBE HISTORY delta.`{crafted.path(s, 'items')}`").collect()
+    assert sum(1 for h in history if h["operation"] == "MERGE") >= 3
