@@ -16,6 +16,11 @@ a change with a higher seqno (``_seqno`` is kept in every row). ``reset`` and
 ``--from-seqno`` start a new generation, so a deliberate replay is applied, converging to the
 same tables.
 
+Provisioning (``consumers.provisioning``): a table's first provisioned chunk empties its
+Delta table inside the chunk's own MERGE (``Segment.truncate``); chunks and ``provisioning``
+row changes are upserts already. Consistency checks and parallel channels are not
+supported (``Capabilities.checks`` / ``channels`` False).
+
 Crash points: ``apply-between-tables`` (one table of the block merged, the next not),
 ``apply-before-position`` (every table merged, the position not written),
 ``apply-committed``.
