@@ -64,12 +64,13 @@ class WarehouseKind(Kind):
         return {"type": "warehouse", "location": str(self.location),
                 "spark": warehouse_spark("local[2]")}
 
-    def _path(self, schema: str, table: Table) -> str:
+    def path(self, schema: str, table: Table) -> str:
+        """The Delta table of ``schema.table`` (a file:// URI)."""
         assert self.location is not None
         return f"file://{self.location}/{path_safe(schema)}/{path_safe(table.name)}"
 
     def rows(self, schema: str, table: Table) -> list[Row]:
-        found = delta_rows(self._path(schema, table), table.columns)
+        found = delta_rows(self.path(schema, table), table.columns)
         return [tuple(canonical(c, v) for c, v in zip(table.columns, r, strict=True))
                 for r in found]
 
@@ -93,5 +94,5 @@ class WarehouseKind(Kind):
 
         quoted = "`" + column.replace("`", "``") + "`"
         key_col = "`" + table.key[0].replace("`", "``") + "`"
-        DeltaTable.forPath(live_session(), self._path(schema, table)).update(
+        DeltaTable.forPath(live_session(), self.path(schema, table)).update(
             condition=f"{key_col} = {int(key)}", set={quoted: f"'{value}'"})
