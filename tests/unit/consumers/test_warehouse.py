@@ -18,7 +18,7 @@ from consumers.warehouse.types import (
     spark_type,
     staged_text,
 )
-from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent
+from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent, ThlValue
 from thl_topics.records import META_PROVISION
 
 
@@ -77,7 +77,7 @@ def test_a_first_provisioned_chunk_starts_a_truncating_segment() -> None:
     stager.add(ThlEvent(4, 0, "s", "e", "", 0, data=[
         RowChange(RowAction.INSERT, "d", "t", specs, [], [[1]])]))
 
-    def chunk(seqno: int, number: int, rows: list[list[object]]) -> ThlEvent:
+    def chunk(seqno: int, number: int, rows: list[list[ThlValue]]) -> ThlEvent:
         marks = {"id": "r1", "table": ["d", "t"], "chunk": number, "first": number == 0,
                  "end": False, "rows": len(rows)}
         return ThlEvent(seqno, 0, "s", "e", "", 0, metadata={META_PROVISION: json.dumps(marks)},
