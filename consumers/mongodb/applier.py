@@ -436,9 +436,11 @@ class MongoApplier:
                     clears: dict[Namespace, Clear] | None = None) -> None:
         # Before the writes: every write of a cleared collection left in the block comes
         # from the chunk's seqno or later (``_clear`` dropped the older ones).
+        by_ns = writes.by_namespace()
         for ns, clear in (clears or {}).items():
-            self._empty(ns, clear, session, marks)
-        for ns, run in writes.by_namespace().items():
+            self._empty(ns, clear, session, marks,
+                        {key_of(w.ident) for w in by_ns.get(ns, [])})
+        for ns, run in by_ns.items():
             self._guarded(ns, run, session)
         for ns, ops in keyless.items():
             self._apply_keyless(ns, ops, session, marks)
@@ -778,8 +780,13 @@ class MongoApplier:
             marks[ns] = mark
 
     def _empty(self, ns: Namespace, clear: Clear, session: ClientSession | None,
-               marks: dict[Namespace, tuple[int, int]]) -> None:
-        """Carry out a provisioning clear (``blocks.Clear``), unless it was done before."""
+               marks: dict[Namespace, tuple[int, int]], written: set[Any]) -> None:
+        """Carry out a provisioning clear (``blocks.Clear``), unless it was done before.
+
+        ``written``: the documents (``key_of``) the block writes next in this collection,
+        at the chunk's seqno or later; they get no tombstone (one at the chunk's seqno would
+        refuse the chunk's own row, the guard being strict) and are replaced anyway.
+        """
         marker = self.client[self.tracking_db][PROVISIONED]
         key = str(ns)
         done = marker.find_one({ID: key}, {SEQNO: 1}, session=session)
@@ -790,7 +797,7 @@ class MongoApplier:
         coll.delete_many({SEQNO: {"$exists": False}}, session=session)
         ids = [doc[ID] for doc in coll.find(
             {SEQNO: {"$lt": Int64(clear.seqno)}, DELETED: {"$exists": False}}, {ID: 1},
-            session=session)]
+            session=session) if key_of(doc[ID]) not in written]
         if ids:
             self._guarded(ns, [clear.tombstone(i) for i in ids], session)
         if clear.keyless and ns in marks:

@@ -185,12 +185,13 @@ class Clear:
     """A table's first provisioned chunk empties its collection before its rows are written.
 
     Replay-safe like the rest: every live document older than the chunk's seqno becomes a
-    tombstone at that seqno (a guarded write: the chunk's own rows, same seqno and written
-    after, replace them; documents of later seqnos, already written before a crash, are not
-    touched). Documents without ``_seqno`` were not written by the replicator: they are
-    deleted. A marker in the tracking database (``provisioned``, ``_id`` = the namespace)
-    records the seqno of the last clear, so a replayed chunk does not clear again what
-    replayed older changes may have touched in between.
+    tombstone at that seqno (a guarded write: documents of later seqnos, already written
+    before a crash, are not touched), except the documents the chunk's block writes itself
+    (its rows, at that seqno or later: they replace the old documents anyway). Documents
+    without ``_seqno`` were not written by the replicator: they are deleted. A marker in the
+    tracking database (``provisioned``, ``_id`` = the namespace) records the seqno of the
+    last clear, so a replayed chunk does not clear again what replayed older changes may
+    have touched in between.
     """
 
     seqno: int
