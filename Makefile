@@ -56,6 +56,8 @@ bench: $(STAMP)
 	$(PY) bench/ops_bench.py
 	$(PY) -m stack up zookeeper kafka mariadb-source ferretdb
 	$(PY) bench/mongodb_bench.py
+	$(PY) -m stack up zookeeper kafka mariadb-source mariadb-target
+	$(PY) bench/parallel_bench.py
 	$(PY) -m stack up zookeeper kafka mariadb-source spark
 	$(PY) bench/warehouse_bench.py
 

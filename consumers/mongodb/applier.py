@@ -25,6 +25,12 @@ same seqnos again, and the guards make that a no-op for what was written. With t
 ``session.with_transaction``; stale writes are filtered by reading the stored ``_seqno``s
 inside the transaction first (a write error would abort it).
 
+Provisioning (``consumers.provisioning``): a table's first provisioned chunk empties its
+collection first, replay-safely (``blocks.Clear``: tombstones guarded by the chunk's seqno,
+once per clear thanks to a marker in ``tungsten_<service>.provisioned``); every write is an
+upsert already, and updates and deletes of a table without a key that find no row are left
+out while the table is being provisioned.
+
 Statement events are skipped (DDL has no meaning here). Tables without a primary key are
 applied: see ``blocks.KeylessOp`` for how their rows are identified and replayed safely.
 """
@@ -56,6 +62,7 @@ from consumers.errors import (
 )
 from consumers.heartbeat import Heartbeat
 from consumers.mongodb.blocks import (
+    Clear,
     KeyedWrites,
     KeylessOp,
     Namespace,
@@ -94,6 +101,7 @@ from consumers.mongodb.types import (
     thl_value,
 )
 from consumers.position import Position
+from consumers.provisioning import chunk_of, idempotent_tables
 from consumers.registry import ApplierContext
 from replicator import crashpoints
 from thl_topics.event import ColumnSpec, RowChange, ThlEvent, ThlValue
@@ -106,6 +114,8 @@ RawDoc = dict[str, Any]
 TASK_ID = 0
 COMMIT_SEQNO = "trep_commit_seqno"
 HEARTBEAT = "heartbeat"
+#: Per collection, the seqno of the last provisioning clear (``blocks.Clear``).
+PROVISIONED = "provisioned"
 CONSISTENCY = "consistency"
 
 
@@ -178,6 +188,8 @@ class MongoApplier:
         self._open = False
         self._writes = KeyedWrites()
         self._keyless: dict[Namespace, list[KeylessOp]] = {}
+        #: Collections a provisioned first chunk of the open block empties first.
+        self._clears: dict[Namespace, Clear] = {}
         self._beats: list[Heartbeat] = []
         self._seqno = -1
         self._seqno64 = Int64(-1)
@@ -266,6 +278,7 @@ class MongoApplier:
         self._open = True
         self._writes = KeyedWrites()
         self._keyless = {}
+        self._clears = {}
         self._beats = []
         self._seqno = -1
 
@@ -277,6 +290,7 @@ class MongoApplier:
         self._open = False
         self._writes = KeyedWrites()
         self._keyless = {}
+        self._clears = {}
         self._beats = []
         # Writes of the abandoned block may or may not have landed: read the marks again.
         self._marks.clear()
@@ -292,9 +306,13 @@ class MongoApplier:
                     len(self._writes) + sum(map(len, self._keyless.values()))
                     >= self.cfg.batch_ops):
                 self._write_ahead()
+        chunk = chunk_of(event)
+        if chunk is not None and chunk.first and event.fragno == 0:
+            self._clear(event, chunk.schema, chunk.table)
+        loose = idempotent_tables(event)
         for item in event.data:
             if isinstance(item, RowChange):
-                self._rows(item, event)
+                self._rows(item, event, (item.schema, item.table) in loose)
 
     def heartbeat(self, beat: Heartbeat) -> None:
         self._beats.append(beat)
@@ -313,12 +331,12 @@ class MongoApplier:
         commit, with the seqno of the write.
         """
         self._mapped(self._wait, "writing ahead")
-        writes, keyless, self._writes, self._keyless = self._writes, self._keyless, \
-            KeyedWrites(), {}
+        writes, keyless, clears = self._writes, self._keyless, self._clears
+        self._writes, self._keyless, self._clears = KeyedWrites(), {}, {}
         if self._writer is None:
             self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mongodb-write")
         self._inflight = self._writer.submit(self._write_data, writes, keyless, None,
-                                             self._marks)
+                                             self._marks, clears)
 
     def _wait(self) -> None:
         job, self._inflight = self._inflight, None
@@ -340,12 +358,13 @@ class MongoApplier:
         """The live documents of a checked key range, as the source rows they stand for, in
         THL values (``consumers.check``): the type map backwards. The range is cut here,
         not in the query: key order is the source's (typed) order, not BSON's."""
-        if len(self._writes) or self._keyless or self._inflight is not None:
+        if len(self._writes) or self._keyless or self._clears or self._inflight is not None:
             # The runtime gives a check a block of its own; write anything pending first.
             self._mapped(self._wait, "writing before a check")
             self._mapped(lambda: self._write_data(self._writes, self._keyless, None,
-                                                  self._marks), "writing before a check")
-            self._writes, self._keyless = KeyedWrites(), {}
+                                                  self._marks, self._clears),
+                         "writing before a check")
+            self._writes, self._keyless, self._clears = KeyedWrites(), {}, {}
         ns = namespace(self.cfg, self.service, check.schema, check.table)
         fields = [field_name(c.name, self.cfg.escape_names) for c in check.specs]
         json_text = [self.cfg.is_json(check.schema, check.table, c.name) for c in check.specs]
@@ -399,6 +418,7 @@ class MongoApplier:
         finally:
             self._open = False
             self._writes, self._keyless, self._beats = KeyedWrites(), {}, []
+            self._clears = {}
         self._expected = position.seqno
 
     def _commit_in_transaction(self, position: Position) -> None:
@@ -412,15 +432,22 @@ class MongoApplier:
 
     def _write_data(self, writes: KeyedWrites, keyless: dict[Namespace, list[KeylessOp]],
                     session: ClientSession | None,
-                    marks: dict[Namespace, tuple[int, int]]) -> None:
-        for ns, run in writes.by_namespace().items():
+                    marks: dict[Namespace, tuple[int, int]],
+                    clears: dict[Namespace, Clear] | None = None) -> None:
+        # Before the writes: every write of a cleared collection left in the block comes
+        # from the chunk's seqno or later (``_clear`` dropped the older ones).
+        by_ns = writes.by_namespace()
+        for ns, clear in (clears or {}).items():
+            self._empty(ns, clear, session, marks,
+                        {key_of(w.ident) for w in by_ns.get(ns, [])})
+        for ns, run in by_ns.items():
             self._guarded(ns, run, session)
         for ns, ops in keyless.items():
             self._apply_keyless(ns, ops, session, marks)
 
     def _write_block(self, position: Position, session: ClientSession | None,
                      marks: dict[Namespace, tuple[int, int]]) -> None:
-        self._write_data(self._writes, self._keyless, session, marks)
+        self._write_data(self._writes, self._keyless, session, marks, self._clears)
         if self._beats:
             self._guarded(Namespace(self.tracking_db, HEARTBEAT),
                           [self._beat(b) for b in self._beats], session)
@@ -492,7 +519,20 @@ class MongoApplier:
             raise self._data_error(event, layout.table, None,
                                    f"the primary key cannot be an _id: {exc}") from exc
 
-    def _rows(self, change: RowChange, event: ThlEvent) -> None:
+    def _clear(self, event: ThlEvent, schema: str, table: str) -> None:
+        """A table's first provisioned chunk: its collection is emptied before the chunk's
+        rows are written (``blocks.Clear``). The block's pending changes of that collection
+        are dropped: whatever they would have written, the clear removes."""
+        ns = self._namespace(schema, table, event)
+        specs = next((item.column_specs or item.key_specs for item in event.data
+                      if isinstance(item, RowChange)
+                      and (item.schema, item.table) == (schema, table)), [])
+        self._writes.drop(ns)
+        self._keyless.pop(ns, None)
+        self._clears[ns] = Clear(event.seqno, event.event_id, f"{schema}.{table}",
+                                 keyless=not any(c.primary_key for c in specs))
+
+    def _rows(self, change: RowChange, event: ThlEvent, loose: bool = False) -> None:
         after = self._layout(change, change.column_specs, event) \
             if change.column_values else None
         before = self._layout(change, change.key_specs, event) if change.key_values else None
@@ -504,7 +544,7 @@ class MongoApplier:
             if keyed:
                 self._keyed_row(event, after, new, before, old)
             elif layout is not None:
-                self._keyless_row(event, layout, after, new, before, old)
+                self._keyless_row(event, layout, after, new, before, old, loose)
 
     def _next(self) -> int:
         self._ordinal += 1
@@ -530,13 +570,14 @@ class MongoApplier:
 
     def _keyless_row(self, event: ThlEvent, layout: _Layout, after: _Layout | None,
                      new: Sequence[ThlValue] | None, before: _Layout | None,
-                     old: Sequence[ThlValue] | None) -> None:
+                     old: Sequence[ThlValue] | None, loose: bool = False) -> None:
         after_doc = dict(zip(after.fields, self._convert(after, new, event), strict=True)) \
             if after is not None and new is not None else None
         before_doc = dict(zip(before.fields, self._convert(before, old, event), strict=True)) \
             if before is not None and old is not None else None
         self._keyless.setdefault(layout.ns, []).append(KeylessOp(
-            event.seqno, self._next(), event.event_id, layout.table, before_doc, after_doc))
+            event.seqno, self._next(), event.event_id, layout.table, before_doc, after_doc,
+            loose))
 
     def _beat(self, beat: Heartbeat) -> Write:
         def naive(value: dt.datetime | None) -> dt.datetime | None:
@@ -710,6 +751,9 @@ class MongoApplier:
                     continue  # applied before a restart
                 found = coll.find_one({**op.before, DELETED: {"$exists": False}}, {ID: 1},
                                       sort=[(ID, ASCENDING)], session=session)
+                if found is None and op.loose:
+                    # Provisioning: the row may not be here yet; its chunk brings it.
+                    continue
                 if found is None:
                     raise self._data_error(
                         op, op.table, None,
@@ -734,6 +778,37 @@ class MongoApplier:
                 self._guarded(ns, inserts, session)
         finally:
             marks[ns] = mark
+
+    def _empty(self, ns: Namespace, clear: Clear, session: ClientSession | None,
+               marks: dict[Namespace, tuple[int, int]], written: set[Any]) -> None:
+        """Carry out a provisioning clear (``blocks.Clear``), unless it was done before.
+
+        ``written``: the documents (``key_of``) the block writes next in this collection,
+        at the chunk's seqno or later; they get no tombstone (one at the chunk's seqno would
+        refuse the chunk's own row, the guard being strict) and are replaced anyway.
+        """
+        marker = self.client[self.tracking_db][PROVISIONED]
+        key = str(ns)
+        done = marker.find_one({ID: key}, {SEQNO: 1}, session=session)
+        if done is not None and int(done.get(SEQNO, -1)) >= clear.seqno:
+            return  # a replay: this clear (or a later one) happened already
+        coll = self.client[ns.database][ns.collection]
+        # Not written by the replicator (no _seqno): no replay can need them.
+        coll.delete_many({SEQNO: {"$exists": False}}, session=session)
+        ids = [doc[ID] for doc in coll.find(
+            {SEQNO: {"$lt": Int64(clear.seqno)}, DELETED: {"$exists": False}}, {ID: 1},
+            session=session) if key_of(doc[ID]) not in written]
+        if ids:
+            self._guarded(ns, [clear.tombstone(i) for i in ids], session)
+        if clear.keyless and ns in marks:
+            # The tombstones carry this mark (a mark not known yet is read from them).
+            marks[ns] = max(marks[ns], (clear.seqno, 0))
+        self._guarded(Namespace(self.tracking_db, PROVISIONED), [Write(
+            clear.seqno, 0, clear.event_id, clear.table, key,
+            row_document(key, clear.seqno, [("database", ns.database),
+                                            ("collection", ns.collection)]))], session)
+        log.info("%s: %s emptied for provisioning at seqno %d (%d document(s))", self.target,
+                 ns, clear.seqno, len(ids))
 
     def _read_mark(self, ns: Namespace, session: ClientSession | None) -> tuple[int, int]:
         coll = self.client[ns.database][ns.collection]

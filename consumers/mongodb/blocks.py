@@ -119,6 +119,11 @@ class KeyedWrites:
     def __len__(self) -> int:
         return len(self._writes)
 
+    def drop(self, ns: Namespace) -> None:
+        """Forget the writes of one namespace (a provisioning clear supersedes them)."""
+        for slot in [slot for slot in self._writes if slot[0] == ns]:
+            del self._writes[slot]
+
     def by_namespace(self) -> dict[Namespace, list[Write]]:
         """The writes of each namespace, in order."""
         out: dict[Namespace, list[Write]] = {}
@@ -149,6 +154,9 @@ class KeylessOp:
     before: dict[str, Any] | None
     #: The row after the change (insert, update); None for a delete.
     after: dict[str, Any] | None
+    #: The table is being provisioned: a row the target does not have is no divergence
+    #: (its chunk brings the table's state), the change is left out.
+    loose: bool = False
 
     def insert(self) -> Write:
         """The guarded write of an inserted row."""
@@ -170,6 +178,36 @@ class KeylessOp:
         else:
             out.update(self.after)
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class Clear:
+    """A table's first provisioned chunk empties its collection before its rows are written.
+
+    Replay-safe like the rest: every live document older than the chunk's seqno becomes a
+    tombstone at that seqno (a guarded write: documents of later seqnos, already written
+    before a crash, are not touched), except the documents the chunk's block writes itself
+    (its rows, at that seqno or later: they replace the old documents anyway). Documents
+    without ``_seqno`` were not written by the replicator: they are deleted. A marker in the
+    tracking database (``provisioned``, ``_id`` = the namespace) records the seqno of the
+    last clear, so a replayed chunk does not clear again what replayed older changes may
+    have touched in between.
+    """
+
+    seqno: int
+    event_id: str
+    #: ``schema.table`` of the source, for messages.
+    table: str
+    #: The table has no primary key: the tombstones carry ``_op: {s: seqno, r: 0}``, so the
+    #: updates and deletes the clear superseded count as applied (``KeylessOp``'s marks).
+    keyless: bool
+
+    def tombstone(self, ident: Any) -> Write:
+        """The guarded write that empties one document."""
+        doc: dict[str, Any] = {ID: ident, SEQNO: Int64(self.seqno), DELETED: True}
+        if self.keyless:
+            doc[OP] = {"s": Int64(self.seqno), "r": Int64(0)}
+        return Write(self.seqno, 0, self.event_id, self.table, ident, doc)
 
 
 def chunks(writes: list[Write], max_ops: int, max_bytes: int = COMMAND_BYTES

@@ -99,7 +99,9 @@ class _Batch:
     params: list[dict[str, object]]
 
     def layout(self) -> tuple[object, ...]:
-        return (id(self.target), self.action, _names(self.columns), _names(self.keys))
+        # The name too: a TargetTable reflected after a DDL may reuse a dropped one's id().
+        return (self.target.qualified, id(self.target), self.action, _names(self.columns),
+                _names(self.keys))
 
 
 def _names(specs: list[ColumnSpec]) -> tuple[tuple[str, bool], ...]:
@@ -425,11 +427,15 @@ class SqlApplier:
 
     def _forget_tables(self) -> None:
         self._tables.clear()
-        self._stmts.clear()
-        self._texts.clear()
+        self._forget_statements()
         self._batch = None
         self._queued, self._queued_bytes = [], 0
         self._ddl_in_block = False
+
+    def _forget_statements(self) -> None:
+        """Compiled statements and their texts go with the tables they were made for."""
+        self._stmts.clear()
+        self._texts.clear()
 
     def _count_changes(self, seqno: int) -> None:
         """Committed: count what the value policy changed, warn (at most once a minute per
@@ -585,7 +591,7 @@ class SqlApplier:
         block by a crash or a rollback); elsewhere on its own connection, committed."""
         # Rows of the block before this seqno go first, in source order.
         self._flush()
-        self._stmts.clear()
+        self._forget_statements()
         self._ddl_in_block = True
         try:
             if self.dialect == "postgresql":
@@ -817,7 +823,7 @@ class SqlApplier:
     def _statement(self, stmt: Statement, event: ThlEvent) -> None:
         self._flush()
         self._tables.clear()
-        self._stmts.clear()
+        self._forget_statements()
         try:
             self._session(stmt.options)
             # CREATE/DROP DATABASE x is logged with x as its default schema, which the

@@ -7,6 +7,7 @@ a block, a crash between the data and the position, a second writer, a replay.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from consumers.registry import ApplierContext
 from replicator.config import ServiceSettings
 from stack.services.ferretdb import FerretDB
 from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent, ThlValue
+from thl_topics.records import META_PROVISION, META_PROVISIONING
 
 ITEMS = [ColumnSpec(1, "id", "INT", primary_key=True), ColumnSpec(2, "name", "VARCHAR", 40),
          ColumnSpec(3, "price", "DECIMAL", 12, 2)]
@@ -297,3 +299,123 @@ def test_writes_ahead_of_the_commit_keep_their_order_and_their_errors(target: Ta
     applier.rollback()
     stored = applier.position()
     assert stored is not None and stored.seqno == 5
+
+
+# -- provisioning ---------------------------------------------------------------------------
+
+
+def chunk(seqno: int, schema: str, table: str, specs: list[ColumnSpec],
+          rows: list[list[ThlValue]], number: int, end: bool) -> ThlEvent:
+    """A provisioned chunk, marked as ``extractor.provision`` marks it."""
+    e = event(seqno, change(schema, table, RowAction.INSERT, specs, rows))
+    e.metadata[META_PROVISION] = json.dumps({
+        "id": "p1", "table": [schema, table], "chunk": number, "first": number == 0,
+        "end": end, "rows": len(rows)})
+    return e
+
+
+def provisioning(e: ThlEvent, schema: str, table: str) -> ThlEvent:
+    """A binlog transaction while ``table`` is being provisioned."""
+    e.metadata[META_PROVISIONING] = json.dumps([[schema, table]])
+    return e
+
+
+def _die_writing(applier: MongoApplier, *events: ThlEvent) -> None:
+    """Apply a block whose data lands and whose position never does (a crash)."""
+    applier.begin()
+    for e in events:
+        applier.apply(e)
+    applier._write_block = _die_before_position(applier._write_block)  # type: ignore[method-assign]
+    with pytest.raises(_Died):
+        applier.commit(Position.of(events[-1]))
+
+
+def test_provisioning_empties_a_drifted_collection_once_even_across_a_crash(
+        target: Target) -> None:
+    s = target.schema
+    applier = target.applier()
+    applier.position()
+    block(applier, event(1, change(s, "items", RowAction.INSERT, ITEMS,
+                                   [[i, "old", "1.00"] for i in range(10)])),
+          event(2, change(s, "items", RowAction.DELETE, ITEMS, before=[[9, "old", "1.00"]])))
+    # Drift: a document the replicator never wrote, a value changed behind its back.
+    coll = target.client[s]["items"]
+    coll.insert_one({"_id": 100, "id": 100, "name": "ghost", "price": "0.00"})
+    coll.update_one({"_id": 5}, {"$set": {"name": "wrong"}})
+    provision = [
+        provisioning(event(3, change(s, "items", RowAction.UPDATE, ITEMS, [[1, "binlog", "1"]],
+                                     [[1, "old", "1.00"]])), s, "items"),
+        chunk(4, s, "items", ITEMS, [[i, "src", "2.00"] for i in range(5)], 0, False),
+        # Changes of rows the target may not have: an insert, a delete of a row never seen.
+        provisioning(event(5, change(s, "items", RowAction.INSERT, ITEMS, [[20, "new", "3"]]),
+                           change(s, "items", RowAction.DELETE, ITEMS,
+                                  before=[[30, "none", "0"]])), s, "items"),
+        chunk(6, s, "items", ITEMS, [[i, "src", "2.00"] for i in range(5, 8)], 1, True)]
+    # Everything lands, the position stays at seqno 2: the next process replays the first
+    # chunk over the later one's rows.
+    _die_writing(applier, *provision)
+    expected = {**{i: ("src", 4) for i in range(5)}, **{i: ("src", 6) for i in range(5, 8)},
+                20: ("new", 5)}
+
+    def live() -> dict[Any, tuple[str, int]]:
+        return {d["_id"]: (d["name"], d["_seqno"]) for d in target.docs("items")}
+
+    assert live() == expected
+    again = target.applier()
+    stored = again.position()
+    assert stored is not None and stored.seqno == 2
+    block(again, *provision[:2])
+    block(again, *provision[2:])
+    assert live() == expected
+    gone = {d["_id"]: d["_seqno"] for d in target.docs("items", live=False) if d.get("_deleted")}
+    assert gone == {8: 4, 9: 2, 30: 5}
+    marker = target.client[f"tungsten_{target.service}"]["provisioned"].find_one(
+        {"_id": f"{s}.items"})
+    assert marker is not None and marker["_seqno"] == 4
+    # Without the marker (a crash between the clear and its marker), the clear runs again
+    # and still leaves the chunks' rows alone: they are not older than the chunk.
+    target.client[f"tungsten_{target.service}"]["provisioned"].delete_many({})
+    again.reset()
+    block(again, *provision)
+    assert live() == expected
+    # A full replay from the start changes nothing either.
+    again.reset()
+    block(again, event(1, change(s, "items", RowAction.INSERT, ITEMS,
+                                 [[i, "old", "1.00"] for i in range(10)])), *provision)
+    assert live() == expected
+
+
+def test_provisioning_a_table_without_a_key(target: Target) -> None:
+    s = target.schema
+    applier = target.applier()
+    applier.position()
+    block(applier, event(1, change(s, "loose", RowAction.INSERT, LOOSE, [[1, "a"], [2, "b"]])),
+          event(2, change(s, "loose", RowAction.UPDATE, LOOSE, [[1, "x"]], [[1, "a"]])))
+    target.client[s]["loose"].insert_one({"_id": "foreign", "a": 9, "b": "ghost"})
+    provision = [
+        # A delete of a row the target does not have: no divergence while provisioning.
+        provisioning(event(3, change(s, "loose", RowAction.DELETE, LOOSE, before=[[7, "no"]])),
+                     s, "loose"),
+        chunk(4, s, "loose", LOOSE, [[1, "src"], [3, "src"], [3, "src"]], 0, True),
+        provisioning(event(5, change(s, "loose", RowAction.UPDATE, LOOSE, [[3, "upd"]],
+                                     [[3, "src"]])), s, "loose")]
+    _die_writing(applier, *provision)
+    expected = [(1, "src"), (3, "src"), (3, "upd")]
+    assert sorted((d["a"], d["b"]) for d in target.docs("loose")) == expected
+    again = target.applier()
+    stored = again.position()
+    assert stored is not None and stored.seqno == 2
+    block(again, *provision)
+    assert sorted((d["a"], d["b"]) for d in target.docs("loose")) == expected
+    # From the start: the update at seqno 2 was superseded by the clear (its mark says so).
+    again.reset()
+    block(again, event(1, change(s, "loose", RowAction.INSERT, LOOSE, [[1, "a"], [2, "b"]])),
+          event(2, change(s, "loose", RowAction.UPDATE, LOOSE, [[1, "x"]], [[1, "a"]])),
+          *provision)
+    assert sorted((d["a"], d["b"]) for d in target.docs("loose")) == expected
+    # Outside provisioning, a row the target lacks is still a divergence.
+    again.begin()
+    again.apply(event(6, change(s, "loose", RowAction.DELETE, LOOSE, before=[[7, "no"]])))
+    with pytest.raises(DataError, match="the target has diverged"):
+        again.commit(Position.of(event(6)))
+    again.rollback()

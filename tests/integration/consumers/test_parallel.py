@@ -259,8 +259,9 @@ def test_four_schemas_three_channels_killed_twenty_times_apply_everything_once(
     try:
         rep.wait_source_applied(timeout=300)
         status = rep.status("mariadb")
+        # (criticalEvents counts this process's only: the killed ones may have applied
+        # every critical seqno already; test_a_transaction_touching_two_schemas_... counts.)
         assert status["channels"] == 3 and len(status["channelStatus"]) == 3
-        assert status["criticalEvents"] > 0
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, rep.log_path.read_text()[-3000:]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import bson
@@ -11,6 +12,7 @@ from bson.int64 import Int64
 from consumers.errors import DataError
 from consumers.mongodb.applier import MongoApplier
 from consumers.mongodb.blocks import (
+    Clear,
     KeyedWrites,
     KeylessOp,
     Namespace,
@@ -178,3 +180,44 @@ def test_names_the_server_refuses_are_data_errors_naming_where() -> None:
     with pytest.raises(DataError, match=r"database 'sh\.op' cannot be used on FerretDB"):
         applier.apply(_event(10, RowChange(RowAction.INSERT, "sh.op", "t", ITEMS, [],
                                            [[1, "x"]], [])))
+
+
+def _chunk(seqno: int, change: RowChange, first: bool, fragno: int = 0) -> ThlEvent:
+    e = _event(seqno, change, fragno=fragno)
+    e.metadata["provision"] = json.dumps({"id": "p", "table": ["shop", change.table],
+                                          "chunk": 0 if first else 1, "first": first,
+                                          "end": False, "rows": change.row_count})
+    return e
+
+
+def test_a_first_chunk_supersedes_the_pending_changes_of_its_table_only() -> None:
+    applier = _applier()
+    applier.begin()
+    applier.apply(_event(1, _rows(RowAction.INSERT, ITEMS, [[1, "a"], [2, "b"]]),
+                         _rows(RowAction.INSERT, ITEMS, [[7, "other"]], table="other"),
+                         _rows(RowAction.INSERT, LOOSE, [[1, "x"]], table="log")))
+    applier.apply(_chunk(2, _rows(RowAction.INSERT, ITEMS, [[2, "src"], [3, "src"]]), True))
+    # A later fragment of the chunk, and a later chunk, clear nothing.
+    applier.apply(_chunk(2, _rows(RowAction.INSERT, ITEMS, [[4, "src"]]), True, fragno=1))
+    applier.apply(_chunk(3, _rows(RowAction.INSERT, ITEMS, [[5, "src"]]), False))
+    writes, keyless = applier.pending()
+    assert [(w.seqno, w.ident) for w in writes[NS]] == [(2, 2), (2, 3), (2, 4), (3, 5)]
+    assert [w.ident for w in writes[Namespace("shop", "other")]] == [7]
+    assert list(keyless) == [Namespace("shop", "log")]
+    assert applier._clears == {NS: Clear(2, "e2", "shop.items", keyless=False)}
+    applier.apply(_chunk(4, _rows(RowAction.INSERT, LOOSE, [[1, "y"]], table="log"), True))
+    _, keyless = applier.pending()
+    assert [op.seqno for op in keyless[Namespace("shop", "log")]] == [4]
+    assert applier._clears[Namespace("shop", "log")].keyless
+    applier.rollback()
+    assert applier._clears == {}
+
+
+def test_a_clear_tombstone_is_guarded_by_the_chunk_seqno() -> None:
+    keyed = Clear(9, "e9", "shop.items", keyless=False).tombstone(5)
+    assert keyed.spec()["q"] == {"_id": 5, "_seqno": {"$lt": Int64(9)}}
+    assert keyed.document() == {"_id": 5, "_seqno": 9, "_deleted": True}
+    loose = Clear(9, "e9", "shop.log", keyless=True).tombstone("3:1")
+    # The clear supersedes every update and delete before it: a replay skips them.
+    assert loose.document() == {"_id": "3:1", "_seqno": 9, "_deleted": True,
+                                "_op": {"s": 9, "r": 0}}
