@@ -4,6 +4,7 @@ from the pyspark distribution on 127.0.0.1), through the spark-submit entry poin
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 
@@ -38,7 +39,10 @@ def test_spark_submit_runs_the_warehouse_group_on_a_standalone_cluster(
                                  "--conf", "spark.driver.host=127.0.0.1",
                                  str(REPO_ROOT / "trep" / "warehouse.py"),
                                  "-c", str(crafted.config_path), "run", "-group", "w"],
-                                stdout=out, stderr=out, env=env, cwd=REPO_ROOT)
+                                stdout=out, stderr=out, env=env, cwd=REPO_ROOT,
+                                # Its own process group: the driver's Python child goes
+                                # with spark-submit (a terminate() alone left it running).
+                                start_new_session=True)
     try:
         deadline = time.monotonic() + 400
         while crafted.status().get("appliedLastSeqno", -1) < last:
@@ -49,7 +53,20 @@ def test_spark_submit_runs_the_warehouse_group_on_a_standalone_cluster(
         assert isinstance(apps, list) and len(apps) == 1, apps
         assert apps[0]["state"] == "RUNNING" and apps[0]["cores"] == 1
     finally:
-        proc.terminate()
-        proc.wait(120)
+        _stop_group(proc)
     assert crafted.rows("s", "items", ["id", "name", "_seqno"]) == [
         (20, "twenty", 1), (3, "three", 0)]
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to spark-submit's whole process group, SIGKILL if it lingers."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the group
+    except ProcessLookupError:
+        pass
+    proc.wait(60)
