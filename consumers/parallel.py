@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from consumers.applier import Applier, BlockLimits
+from consumers.block import Block
 from consumers.errors import ConsumerError
 from consumers.position import Position
 from replicator import crashpoints
@@ -65,20 +66,6 @@ class Committed:
     #: Seqnos the block applied (0: it only moved the position).
     events: int
     skipped: tuple[int, ...] = ()
-
-
-@dataclass
-class _Block:
-    positions: list[Position] = field(default_factory=list)
-    opened: float = 0.0
-    rows: int = 0
-    bytes: int = 0
-    skipped: list[int] = field(default_factory=list)
-
-    def full(self, limits: BlockLimits) -> bool:
-        return len(self.positions) >= limits.events \
-            or (limits.rows is not None and self.rows >= limits.rows) \
-            or (limits.bytes is not None and self.bytes >= limits.bytes)
 
 
 class _Passed:
@@ -141,7 +128,7 @@ class ChannelWorker:
             self.applier.rollback()
 
     def _loop(self) -> None:
-        block: _Block | None = None
+        block: Block | None = None
         in_seqno: int | None = None
         idle_since = time.monotonic()
         block_s = self.limits.ms / 1000
@@ -183,7 +170,7 @@ class ChannelWorker:
                     block = None
                 if block is None:
                     self.applier.begin()
-                    block = _Block(opened=time.monotonic())
+                    block = Block(opened=time.monotonic())
                     self.state = "applying"
                 in_seqno = event.seqno
             elif block is None:
@@ -209,7 +196,7 @@ class ChannelWorker:
                 self._commit(block)
                 block, idle_since = None, time.monotonic()
 
-    def _commit(self, block: _Block | None) -> None:
+    def _commit(self, block: Block | None) -> None:
         """Commit ``block`` (if any) with the position of its last seqno."""
         if block is None:
             return

@@ -50,7 +50,8 @@ from tenacity import (
     wait_exponential,
 )
 
-from consumers.applier import Applier, BlockLimits, StatementPolicy
+from consumers.applier import Applier, StatementPolicy
+from consumers.block import Block
 from consumers.channels import ChannelApplier, ChannelError, ShardMap, plan_channels
 from consumers.check import CheckingApplier, CheckRange, CheckResult, check_of, now_text
 from consumers.config import GroupConfig
@@ -113,22 +114,6 @@ class _Progressed(Exception):
     def __init__(self, cause: TransientError) -> None:
         super().__init__(str(cause))
         self.cause = cause
-
-
-@dataclass
-class _Block:
-    """The open block: positions of its whole seqnos, and what counts against its limits."""
-
-    positions: list[Position] = field(default_factory=list)
-    opened: float = 0.0
-    rows: int = 0
-    bytes: int = 0
-    skipped: list[int] = field(default_factory=list)
-
-    def full(self, limits: BlockLimits) -> bool:
-        return len(self.positions) >= limits.events \
-            or (limits.rows is not None and self.rows >= limits.rows) \
-            or (limits.bytes is not None and self.bytes >= limits.bytes)
 
 
 class ConsumerRuntime:
@@ -676,7 +661,7 @@ class ConsumerRuntime:
 
     def _stream(self, feed: ThlFeed, start: int | None) -> None:
         expected = start
-        block = _Block()
+        block = Block()
         in_seqno: int | None = None
         next_frag = 0
         skips = set(self.desired().skip_seqnos)
@@ -699,7 +684,7 @@ class ConsumerRuntime:
                 raise
             crashpoints.reached("apply-committed")
             self._committed(block, feed)
-            block = _Block()
+            block = Block()
 
         while True:
             if in_seqno is None:
@@ -842,7 +827,7 @@ class ConsumerRuntime:
         except KazooException as exc:
             log.warning("%s: check result not mirrored to ZooKeeper: %s", self.name, exc)
 
-    def _committed(self, block: _Block, feed: ThlFeed) -> None:
+    def _committed(self, block: Block, feed: ThlFeed) -> None:
         last = block.positions[-1]
         s = self.status
         s.appliedLastSeqno, s.appliedLastEventId = last.seqno, last.event_id
