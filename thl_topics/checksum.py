@@ -20,12 +20,14 @@ import hashlib
 import json
 import struct
 from collections.abc import Iterable, Sequence
-from decimal import Decimal
+from decimal import Context, Decimal
 
 from thl_topics.event import ColumnSpec, ThlValue
 from thl_topics.values import DECIMAL_TYPES, INTEGER_TYPES, from_thl, to_thl
 
 _MOD = 1 << 256
+# DECIMAL(65,30) holds 65 digits: the default context's 28 would make quantize() raise.
+_DECIMALS = Context(prec=200)
 #: How a digest is computed (the ``method`` column of Tungsten's consistency table).
 METHOD = "sha256-sum/v1"
 
@@ -39,8 +41,11 @@ def canonical(spec: ColumnSpec, value: ThlValue) -> str | None:
         return str(int(value))
     if kind in DECIMAL_TYPES:
         number = Decimal(str(value))
-        return format(number.quantize(Decimal(1).scaleb(-spec.scale)) if spec.scale
-                      else number.to_integral_value(), "f")
+        if spec.scale:
+            number = number.quantize(Decimal(1).scaleb(-spec.scale), context=_DECIMALS)
+        else:
+            number = number.to_integral_value(context=_DECIMALS)
+        return format(number, "f")
     if kind == "FLOAT":
         return repr(struct.unpack("<f", struct.pack("<f", float(value)))[0])
     if kind in ("DOUBLE", "REAL"):

@@ -18,8 +18,11 @@ same tables.
 
 Provisioning (``consumers.provisioning``): a table's first provisioned chunk empties its
 Delta table inside the chunk's own MERGE (``Segment.truncate``); chunks and ``provisioning``
-row changes are upserts already. Consistency checks and parallel channels are not
-supported (``Capabilities.checks`` / ``channels`` False).
+row changes are upserts already.
+
+Consistency checks (``checks.py``): a checked range is read back from its Delta table as
+THL values, after every earlier seqno committed; results go to the Delta ``consistency``
+table. Parallel channels are not supported (``Capabilities.channels`` False).
 
 Crash points: ``apply-between-tables`` (one table of the block merged, the next not),
 ``apply-before-position`` (every table merged, the position not written),
@@ -30,13 +33,16 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from consumers.applier import Atomicity, BlockLimits, Capabilities, StatementPolicy
+from consumers.check import CheckRange, CheckResult
 from consumers.errors import ConsumerError, DataError, PositionConflict, TransientError
 from consumers.heartbeat import Heartbeat
 from consumers.position import Position
 from consumers.registry import ApplierContext
+from consumers.warehouse import checks
 from consumers.warehouse import session as spark_sessions
 from consumers.warehouse.config import WarehouseTarget
 from consumers.warehouse.errors import classify
@@ -46,7 +52,7 @@ from consumers.warehouse.tracking import DeltaTracking
 from replicator import crashpoints
 from replicator.progress import CatchUp
 from thl_topics.errors import ThlError
-from thl_topics.event import ThlEvent
+from thl_topics.event import ThlEvent, ThlValue
 from thl_topics.reader import ThlReader
 
 if TYPE_CHECKING:
@@ -68,7 +74,7 @@ class WarehouseApplier:
         self.target = f"warehouse {cfg.location}"
         self.capabilities = Capabilities(
             atomicity=Atomicity.SEQNO_GUARDED, statements=StatementPolicy.SKIP,
-            keyless_tables=cfg.keyless == "history", block=DEFAULT_BLOCK)
+            keyless_tables=cfg.keyless == "history", checks=True, block=DEFAULT_BLOCK)
         self.area = StagingArea(cfg.staging(), self.service, self.group)
         self._spark: SparkSession | None = None
         self._writer: DeltaWriter | None = None
@@ -257,6 +263,32 @@ class WarehouseApplier:
                          self.target, plan.ref, seg.low, seg.high, self.app_id(), seg.high)
         log.debug("%s: %d segment(s) merged in %.2f s", self.target, len(plans),
                   time.monotonic() - started)
+
+    # -- consistency checks -----------------------------------------------------------------
+
+    def read_range(self, check: CheckRange) -> Iterator[list[ThlValue]]:
+        """The Delta table's rows of a checked range, as THL values (``checks.py``)."""
+        writer = self.writer
+        ref = writer.resolve(check.schema, check.table)
+        try:
+            writer.forget()  # the schema as committed now, not as cached by a failed block
+            schema = writer.schema(ref)
+            if schema is None:
+                return
+            columns = {name: kind for name, (_, kind) in schema.items()}
+            yield from checks.read_range(self.spark, ref, columns, check,
+                                         history=self.cfg.keyless == "history"
+                                         and not check.key)
+        except ConsumerError:
+            raise
+        except Exception as exc:
+            raise self._classify(exc, f"reading {ref} for a check") from exc
+
+    def record_check(self, result: CheckResult) -> None:
+        try:
+            self.tracking.record_check(self.group, result)
+        except Exception as exc:
+            raise self._classify(exc, "recording a consistency check", result.seqno) from exc
 
     def rollback(self) -> None:
         self._forget()

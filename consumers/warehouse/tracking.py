@@ -6,6 +6,8 @@
   ``generation`` counts ``reset`` / ``--from-seqno``: it is part of every Delta transaction
   id, so a replay after a reset is applied instead of being skipped as already done.
 - ``heartbeat``: Tungsten's heartbeat columns, one row per heartbeat id.
+- ``consistency``: Tungsten's ``consistency`` columns plus the group, the seqno and the
+  result as JSON: one row per group, table and checked range (``checks.py``).
 - ``trep_staged_files``: in ``stage-only`` mode, every staging file written, with its seqno
   range, table, row count and column layout, for the external loader.
 """
@@ -18,8 +20,10 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from consumers.check import CheckResult
 from consumers.heartbeat import Heartbeat
 from consumers.position import Position
+from consumers.warehouse import checks
 from consumers.warehouse.merge import TXN_APP_ID, TXN_VERSION, USER_METADATA
 from consumers.warehouse.staging import Segment
 from consumers.warehouse.types import quote_name
@@ -62,7 +66,8 @@ class DeltaTracking:
     def create(self) -> None:
         """Create the tracking tables if missing."""
         for table, cols in (("trep_commit_seqno", COMMIT_SEQNO), ("heartbeat", HEARTBEAT),
-                            ("trep_staged_files", STAGED_FILES)):
+                            ("trep_staged_files", STAGED_FILES),
+                            ("consistency", checks.CONSISTENCY)):
             self.spark.sql(f"CREATE TABLE IF NOT EXISTS {self.ref(table)} ({cols}) "
                            "USING delta")
 
@@ -156,6 +161,11 @@ class DeltaTracking:
             frame.write.format("delta").mode("append").save(self.uri("trep_staged_files"))
         finally:
             self._plain()
+
+    def record_check(self, group: str, result: CheckResult) -> None:
+        """Upsert one checked range's row of the ``consistency`` table."""
+        self._plain()
+        checks.record(self.spark, self.ref("consistency"), group, result)
 
     def _plain(self) -> None:
         """No transaction id or metadata of a data MERGE may leak into a tracking write."""

@@ -101,6 +101,12 @@ def test_type_matrix_round_trips(conformance: Conformance) -> None:
             f"dt6 = '2001-02-03 04:05:06.000007' WHERE id = 2")
     svc.wait_source_applied()
     assert svc.compare(TYPES) == {"types": 3}
+    if svc.kind.checks:
+        # The check's canonical values must see through every type map: equal, exactly.
+        checked = _check(svc, f"{svc.schema}.types")
+        word = "equal" if svc.kind.checks_json_text else "different"
+        assert f"{svc.schema}.types" in checked.stdout and word in checked.stdout, \
+            checked.stdout + checked.stderr
 
 
 def test_hostile_identifiers(conformance: Conformance) -> None:

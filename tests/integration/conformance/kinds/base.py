@@ -27,6 +27,9 @@ class Kind(abc.ABC):
     #: The applier takes part in consistency checks (``Capabilities.checks``); otherwise
     #: ``trepctl check`` must report its tables ``unsupported``.
     checks: bool = True
+    #: A check of the type matrix finds the target equal. False where the store cannot give
+    #: JSON text back as the source wrote it (the README's known limits say which).
+    checks_json_text: bool = True
     #: Extra seconds a spawned trep-run needs before it applies (a Spark JVM to start).
     startup_s: float = 0.0
 

@@ -1,11 +1,10 @@
 """The warehouse kind: Delta tables materialized by Spark (local[2], in the test process).
 
 Declared: tables without a primary key are refused (the default ``keyless: refuse``), every
-write is seqno-guarded (replay-safe), and consistency checks are not supported yet
-(``trepctl check`` reports the group's tables ``unsupported``). "Target down" for an
-in-process Spark means the storage it writes is unavailable: the staging location is
-replaced by a plain file (root ignores permissions, so chmod would prove nothing) and put
-back after 30 s; the group retries with backoff and converges.
+write is seqno-guarded (replay-safe), and consistency checks read the Delta tables back.
+"Target down" for an in-process Spark means the storage it writes is unavailable: the
+staging location is replaced by a plain file (root ignores permissions, so chmod would prove
+nothing) and put back after 30 s; the group retries with backoff and converges.
 """
 
 from __future__ import annotations
@@ -50,7 +49,6 @@ class WarehouseKind(Kind):
     servers = ("spark",)
     keyless = False
     replay_safe = True
-    checks = False
     #: A spawned trep-run starts its own Spark (tens of seconds on 2 busy cores).
     startup_s = 240.0
 
