@@ -228,11 +228,51 @@ class ChangesApplier:
                         txn_id=self._txn_id)
         now_us = time.time_ns() // 1000
         # A provisioned chunk's rows are reads of existing rows: Debezium's snapshot op.
-        create: Op = "r" if chunk_of(event) is not None else "c"
+        chunk = chunk_of(event)
+        create: Op = "r" if chunk is not None else "c"
+        # A keyless table provisioned again: its topic cannot replace rows by key, so its
+        # first chunk starts with a truncate record that tells readers to forget the rest.
+        truncate = (chunk.schema, chunk.table) if chunk is not None and chunk.first else None
         for item in event.data:
             if isinstance(item, RowChange):
+                if truncate == (item.schema, item.table):
+                    table = self._table(item, item.column_specs or item.key_specs,
+                                        event.seqno)
+                    if not table.keyed:
+                        self._truncate(table, origin, now_us)
+                    truncate = None
                 self._rows(item, origin, now_us, create)
+        if truncate is not None:
+            # An empty table: the last layout this process wrote it with, if any.
+            known = [t for layout, t in self._tables.items() if layout[:2] == truncate]
+            if known and not known[-1].keyed:
+                self._truncate(known[-1], origin, now_us)
+            elif not known:
+                log.warning("%s: %s.%s is provisioned empty and no layout of its topic is "
+                            "known to this process: no truncate record was sent (a keyless "
+                            "topic's readers keep its earlier rows)", self.target, *truncate)
         self._poll()
+
+    def _truncate(self, table: _Table, origin: Origin, now_us: int) -> None:
+        """A truncate record (Debezium op ``t``, Tungsten ``_optype: TRUNCATE``) in every
+        partition of a keyless table's topic."""
+        shape = table.shape
+        try:
+            meta = self._prod.list_topics(shape.topic, timeout=30)
+        except KafkaException as exc:
+            raise kafka_error(exc.args[0], self.target, f"describing {shape.topic}",
+                              origin.seqno) from exc
+        partitions = sorted(meta.topics[shape.topic].partitions)
+        datum = self.envelope.value(shape, "t", None, None, origin, 0, self._total, 0, now_us)
+        value = table.value(datum)
+        headers = [(SEQNO_HEADER, str(origin.seqno).encode()),
+                   (EPOCH_HEADER, str(origin.epoch).encode()),
+                   (ROW_HEADER, str(self._total).encode())]
+        for partition in partitions:
+            self._produce(shape.topic, None, value, headers, origin.seqno, partition)
+        self._total += 1
+        log.info("%s: %s provisioned again: truncate record in %d partition(s) at seqno %d",
+                 self.target, shape.topic, len(partitions), origin.seqno)
 
     def heartbeat(self, beat: Heartbeat) -> None:
         # Kept with the position record of this block: where the group's lag is read.

@@ -161,8 +161,8 @@ def committime(tstamp: int) -> str:
         ".0" if not when.microsecond else "")
 
 
-Op = Literal["c", "u", "d", "r"]
-_OPTYPE = {"c": "INSERT", "u": "UPDATE", "d": "DELETE", "r": "INSERT"}
+Op = Literal["c", "u", "d", "r", "t"]
+_OPTYPE = {"c": "INSERT", "u": "UPDATE", "d": "DELETE", "r": "INSERT", "t": "TRUNCATE"}
 
 
 class DebeziumEnvelope:
@@ -262,6 +262,8 @@ class TungstenEnvelope:
     def value(self, shape: Shape, op: Op, before: Row | None, after: Row | None,
               origin: Origin, row: int, total: int, table_order: int, now_us: int
               ) -> dict[str, Any]:
+        if after is None and before is None:  # a truncate: the record's fields all null
+            after = {name: None for name in shape.fields}
         return {"record": after if after is not None else before,
                 "_optype": _OPTYPE[op], "_seqno": origin.seqno,
                 "_committime": committime(origin.tstamp),

@@ -211,8 +211,10 @@ class ChangeReader:
             before, after = value.get("before"), value.get("after")
             return (value["op"], self._row(before, types, names) if before else None,
                     self._row(after, types, names) if after else None)
+        op = {"INSERT": "c", "UPDATE": "u", "DELETE": "d", "TRUNCATE": "t"}[value["_optype"]]
+        if op == "t":
+            return op, None, None
         row = self._row(value["record"], types, names)
-        op = {"INSERT": "c", "UPDATE": "u", "DELETE": "d"}[value["_optype"]]
         return op, (row if op == "d" else None), (None if op == "d" else row)
 
 
@@ -224,11 +226,14 @@ def materialize(changes: Iterable[Change], keyed: bool) -> list[dict[str, Any]]:
     """A table's current rows from its records (in each partition's offset order).
 
     Records at or below the (seqno, row) a partition already passed are replays and are
-    dropped; tombstones only remove a key that a delete removed already.
+    dropped; tombstones only remove a key that a delete removed already; a truncate (op
+    ``t``, sent to every partition when a keyless table is provisioned again) empties what
+    its partition held so far.
     """
-    latest: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
-    bag: Counter[tuple[tuple[str, Any], ...]] = Counter()
-    rows: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
+    Rows = dict[tuple[tuple[str, Any], ...], dict[str, Any]]
+    latest: dict[tuple[str, int], Rows] = {}
+    bags: dict[tuple[str, int], Counter[tuple[tuple[str, Any], ...]]] = {}
+    rows: Rows = {}
     passed: dict[tuple[str, int], tuple[int, int]] = {}
     for c in changes:
         if c.op is None:
@@ -238,13 +243,17 @@ def materialize(changes: Iterable[Change], keyed: bool) -> list[dict[str, Any]]:
         if where in passed and mark <= passed[where]:
             continue
         passed[where] = mark
-        if keyed:
+        if c.op == "t":
+            latest.pop(where, None)
+            bags.pop(where, None)
+        elif keyed:
             key = _hashable(c.key or {})
             if c.op == "d":
-                latest.pop(key, None)
+                latest.setdefault(where, {}).pop(key, None)
             elif c.after is not None:
-                latest[key] = c.after
+                latest.setdefault(where, {})[key] = c.after
         else:
+            bag = bags.setdefault(where, Counter())
             if c.before is not None and c.op in ("u", "d"):
                 bag[_hashable(c.before)] -= 1
             if c.after is not None:
@@ -252,8 +261,11 @@ def materialize(changes: Iterable[Change], keyed: bool) -> list[dict[str, Any]]:
                 bag[h] += 1
                 rows[h] = c.after
     if keyed:
-        return list(latest.values())
-    negative = [h for h, n in bag.items() if n < 0]
+        return [row for part in latest.values() for row in part.values()]
+    total: Counter[tuple[tuple[str, Any], ...]] = Counter()
+    for bag in bags.values():
+        total.update(bag)
+    negative = [h for h, n in total.items() if n < 0]
     if negative:
         raise ValueError(f"{len(negative)} keyless row(s) deleted more often than created")
-    return [rows[h] for h, n in bag.items() for _ in range(n)]
+    return [rows[h] for h, n in total.items() for _ in range(n)]

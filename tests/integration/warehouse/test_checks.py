@@ -44,7 +44,8 @@ def test_checked_ranges_are_equal_where_delta_holds_the_source_rows(
         crafted: CraftedThl) -> None:
     s = "shop"
     items: list[list[ThlValue]] = [[i, f"item {i} ü"] for i in range(1, 11)]
-    named: list[list[ThlValue]] = [["a", 1], ["b é", 2], ["c", 9223372036854775807], ["d", -1], ["é", 5]]
+    named: list[list[ThlValue]] = [["a", 1], ["b é", 2], ["c", 9223372036854775807],
+                                   ["d", -1], ["é", 5]]
     crafted.publish(insert(s, "items", ITEM, *items), insert(s, "types", TYPES, *TYPE_ROWS),
                     insert(s, "named", NAMED, *named))
     crafted.publish(update(s, "items", ITEM, [4, "item 4 ü"], [4, "four"]),

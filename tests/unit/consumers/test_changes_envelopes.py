@@ -21,6 +21,7 @@ from consumers.changes.envelopes import (
     origin_parts,
 )
 from consumers.changes.positions import decode_position, encode_position
+from consumers.changes.reader import Change, materialize
 from consumers.changes.serde import JsonSerde, json_text
 from consumers.changes.topics import TopicNames
 from consumers.errors import DataError
@@ -107,6 +108,31 @@ def test_tungsten_envelope_is_the_seeds_message() -> None:
                      "_committime": "2023-11-14 22:13:20.123456",
                      "_source_schema": "shop", "_source_table": "items"}
     assert committime(1_500_000_000_000_000) == "2017-07-14 02:40:00.0"
+
+
+def test_truncate_records_fit_both_envelopes_and_empty_what_a_reader_folded() -> None:
+    shape = _shape(True)
+    for env in (DebeziumEnvelope("svc"), TungstenEnvelope()):
+        datum = env.value(shape, "t", None, None, ORIGIN, 0, 5, 0, 0)
+        schema = fastavro.parse_schema(env.value_avro(shape))
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, schema, datum)  # every record field is optional
+        out.seek(0)
+        assert fastavro.schemaless_reader(out, schema, schema) == datum
+    debezium = DebeziumEnvelope("svc").value(shape, "t", None, None, ORIGIN, 0, 5, 0, 0)
+    assert (debezium["op"], debezium["before"], debezium["after"]) == ("t", None, None)
+    tungsten = TungstenEnvelope().value(shape, "t", None, None, ORIGIN, 0, 5, 0, 0)
+    assert tungsten["_optype"] == "TRUNCATE"
+    assert set(tungsten["record"].values()) == {None}
+    # Folding: rows before the truncate in its partition go; later ones and other
+    # partitions' stay.
+    def change(part: int, seqno: int, op: str, value: int | None) -> Change:
+        row = {"v": value} if value is not None else None
+        return Change("t", part, seqno, seqno, 0, None, op, None, row)
+    folded = materialize([change(0, 1, "c", 1), change(0, 2, "c", 1), change(1, 3, "c", 2),
+                          change(0, 4, "t", None), change(0, 5, "r", 1),
+                          change(1, 6, "c", 3)], keyed=False)
+    assert sorted(r["v"] for r in folded) == [1, 2, 3]
 
 
 def test_json_is_connect_layout_with_exact_decimals_and_stable_key_bytes() -> None:

@@ -166,6 +166,9 @@ class MongoDBKind(Kind):
     servers = ("ferretdb",)
     keyless = True
     replay_safe = True
+    #: JSON columns are stored as documents and written back as text: ``1.5e300`` comes
+    #: back ``1.5e+300``, so a check of the type matrix reports it different (README).
+    checks_json_text = False
 
     @property
     def port(self) -> int:

@@ -102,3 +102,36 @@ def test_provisioned_rows_are_snapshot_reads(make_service: Callable[..., ChangeS
     assert len(reads) == 500
     assert sorted(materialize(changes, True), key=lambda r: r["id"]) == [
         {"id": i, "v": "live" if i == 7 else f"v{i}"} for i in range(500)]
+
+
+def test_reprovisioning_a_keyless_table_truncates_its_topic_first(
+        make_service: Callable[..., ChangeService]) -> None:
+    svc = make_service({"t": {"envelope": "tungsten", "format": "json",
+                              "keyless_partitions": 2},
+                        "d": {"envelope": "debezium", "format": "avro",
+                              "topic": "{service}.d.{schema}.{table}"}})
+    s = svc.schema
+    svc.src(f"CREATE TABLE {s}.nokey (a INT, b VARCHAR(10))")
+    svc.src(f"INSERT INTO {s}.nokey VALUES (%s, %s)", params=[(i % 3, "x") for i in range(9)],
+            many=True)
+    svc.start()
+    svc.src(f"DELETE FROM {s}.nokey WHERE a = 0")  # streamed: 3 rows go
+    first = svc.trepctl("provision", "-table", f"{s}.nokey")
+    assert first.returncode == 0, first.stdout + first.stderr
+    svc.src(f"INSERT INTO {s}.nokey VALUES (7, 'y')")
+    again = svc.trepctl("provision", "-table", f"{s}.nokey")  # the same rows, read again
+    assert again.returncode == 0, again.stdout + again.stderr
+    svc.wait_source_applied()
+    expected = sorted([{"a": i % 3, "b": "x"} for i in range(9) if i % 3] + [{"a": 7, "b": "y"}],
+                      key=repr)
+    reader = ChangeReader(svc.bootstrap, svc.registry_url)
+    for group in ("t", "d"):
+        changes = list(reader.records([svc.topic("nokey", group)]))
+        truncates = [c for c in changes if c.op == "t"]
+        # One per provisioning, in every partition (two for t, one for d).
+        assert len(truncates) == (4 if group == "t" else 2), group
+        assert all(c.before is None and c.after is None for c in truncates)
+        assert sorted(materialize(changes, False), key=repr) == expected, group
+    check = svc.trepctl("check", f"{s}.nokey", "-timeout", "120")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert check.stdout.count("equal") == 2, check.stdout
