@@ -30,7 +30,7 @@ from trep.runner import Runner
 
 from ..processes import kill_leftovers
 from ..thl import tail_record
-from .kinds import KINDS, Kind, kind_class
+from .kinds import KINDS, ONLY, Kind, kind_class
 from .tables import READY, Table, mysql_columns, mysql_name
 
 GROUP = "g"
@@ -234,6 +234,21 @@ def _diff(name: str, src: list[Any], tgt: list[Any]) -> str:
             cols = [(i, x, y) for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
             return f"{name}: row differs in columns {cols[:5]}"
     return f"{name}: equal?"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the tests a kind does not run (``kinds.ONLY``)."""
+    dropped = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        kind = callspec.params.get("kind") if callspec is not None else None
+        name = getattr(item, "originalname", item.name)
+        if kind in ONLY and Path(str(item.fspath)).parent == Path(__file__).parent \
+                and name not in ONLY[kind]:
+            dropped.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item not in dropped]
 
 
 @pytest.fixture(params=list(KINDS))

@@ -47,11 +47,18 @@ READY = Table(
 BIG = Table(
     "big", "CREATE TABLE {s}.big (id INT PRIMARY KEY, pad VARCHAR(40)) DEFAULT CHARSET=utf8mb4",
     ("id", "pad"), ("id",))
+#: Generated (virtual and stored) and invisible columns: the THL carries their values.
+GENERATED = Table(
+    "gen",
+    "CREATE TABLE {s}.gen (id INT PRIMARY KEY, a INT, v INT AS (a * 2) VIRTUAL, "
+    "st INT AS (a + 1) STORED, h VARCHAR(10) INVISIBLE DEFAULT 'hid', txt VARCHAR(20)) "
+    "DEFAULT CHARSET=utf8mb4",
+    ("id", "a", "v", "st", "h", "txt"), ("id",))
 
-ALL = (READY, ITEMS, COMPOSITE, NOPK, TYPES, HOSTILE, BIG)
+ALL = (READY, ITEMS, COMPOSITE, NOPK, TYPES, HOSTILE, BIG, GENERATED)
 
-__all__ = ["ALL", "BIG", "COMPOSITE", "HOSTILE", "ITEMS", "NOPK", "READY", "TYPES",
-           "TYPES_ROWS", "Table"]
+__all__ = ["ALL", "BIG", "COMPOSITE", "GENERATED", "HOSTILE", "ITEMS", "NOPK", "READY",
+           "TYPES", "TYPES_ROWS", "Table"]
 
 
 def mysql_name(table: Table) -> str:
