@@ -689,6 +689,21 @@ def run_latency(rate_rows: float, seconds: float, heartbeat_ms: int,
             "lag_ms_max": lags[-1]}
 
 
+def latency_sweep(ceiling: float, fractions: list[float], args: argparse.Namespace
+                  ) -> list[dict[str, Any]]:
+    """Heartbeat latency at each fraction of the pipeline's maximum rows/s: where p99 stays
+    under the goal, and where queueing starts."""
+    sweep = []
+    for fraction in fractions:
+        res = run_latency(ceiling * fraction, args.latency_seconds, args.heartbeat_ms,
+                          args.timeout)
+        res["fraction_of_max"] = fraction
+        sweep.append(res)
+        print(f"  latency at {fraction:.0%} of {round(ceiling)} rows/s: p50 "
+              f"{res['lag_ms_p50']} ms, p99 {res['lag_ms_p99']} ms", flush=True)
+    return sweep
+
+
 # ----------------------------------------------------------------------------- main
 
 def main() -> int:
@@ -700,13 +715,24 @@ def main() -> int:
     parser.add_argument("--skip-debezium", action="store_true")
     parser.add_argument("--skip-native", action="store_true")
     parser.add_argument("--latency-seconds", type=float, default=30.0)
+    parser.add_argument("--latency-fractions", default="0.5,0.25,0.1",
+                        help="latency runs at these fractions of the measured maximum "
+                             "(the first is the goal's: half of the maximum)")
+    parser.add_argument("--latency-only", type=float, default=None, metavar="ROWS_PER_S",
+                        help="skip extraction and apply: only the latency sweep, with this "
+                             "maximum (rows/s) from an earlier run")
     parser.add_argument("--heartbeat-ms", type=int, default=100)
     parser.add_argument("--timeout", type=float, default=900.0, help="per run, seconds")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    fractions = [float(f) for f in args.latency_fractions.split(",") if f.strip()]
 
     RUN.mkdir(parents=True, exist_ok=True)
     before = machine()
+    if args.latency_only is not None:
+        sweep = latency_sweep(args.latency_only, fractions, args)
+        print(json.dumps({"latency_sweep": sweep, "machine": before}, indent=2))
+        return 0
     jars = None if args.skip_debezium else debezium_jars()
     replica = None
     if not args.skip_native:
@@ -797,7 +823,8 @@ def main() -> int:
     # Latency at half of the pipeline's maximum: the slower of extraction and MariaDB apply.
     ceiling = min(us["steady_rows_per_second"] or us["rows_per_second"],
                   my.get("steady_rows_per_second") or my["rows_per_second"])
-    latency = run_latency(ceiling / 2, args.latency_seconds, args.heartbeat_ms, args.timeout)
+    sweep = latency_sweep(ceiling, fractions, args)
+    latency = sweep[0] if sweep else None
     if replica is not None:
         replica.stop()
     result = {
@@ -809,13 +836,13 @@ def main() -> int:
                      if work.end[0] == work.start[0] else None,
                      "statements_per_transaction": 10},
         "runs": args.runs, "extraction": extraction, "apply": apply, "medians": summary,
-        "ratios": ratios, "latency": latency,
+        "ratios": ratios, "latency": latency, "latency_sweep": sweep,
     }
     out = args.out or ROOT / "bench" / "results" / \
         f"compare-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({"medians": summary, "ratios": ratios, "latency": latency,
+    print(json.dumps({"medians": summary, "ratios": ratios, "latency_sweep": sweep,
                       "machine": before}, indent=2))
     print(f"written to {out}")
     shutil.rmtree(RUN / "tmp", ignore_errors=True)
