@@ -58,11 +58,6 @@ def _wait_exit(proc: subprocess.Popen[bytes], svc: Conformance, point: str) -> N
     assert status == EXIT_STATUS and f"crash point {point} reached" in log, log[-3000:]
 
 
-def _stop(proc: subprocess.Popen[bytes], svc: Conformance) -> None:
-    proc.terminate()
-    assert proc.wait(60) == 0, svc.log_path.read_text()[-3000:]
-
-
 def test_inserts_updates_deletes_and_key_changes(conformance: Conformance) -> None:
     svc = conformance
     svc.start()
@@ -181,12 +176,13 @@ def test_restart_right_after_a_ddl_a_keyless_change_and_generated_columns(
 
 
 def _prepared(svc: Conformance) -> None:
-    """Tables created and applied by a first, clean process, which then stops."""
-    proc = svc.spawn()
-    svc.wait_extractor_online()
+    """Tables created and applied by a first, clean run, which then stops. It runs in this
+    process, as does the recovery after a crash: only the crashing run needs a process of
+    its own (a warehouse kind saves a Spark start for each run kept in-process)."""
+    svc.start()
     svc.create(ITEMS, COMPOSITE)
     svc.wait_source_applied()
-    _stop(proc, svc)
+    svc.stop()
 
 
 def test_crash_between_the_data_and_the_position_write(conformance: Conformance) -> None:
@@ -195,10 +191,10 @@ def test_crash_between_the_data_and_the_position_write(conformance: Conformance)
     proc = svc.spawn("apply-before-position:1")
     _workload(svc, rounds=3)
     _wait_exit(proc, svc, "apply-before-position")
-    proc = svc.spawn()
+    svc.start()
     _workload(svc, rounds=1, first=3)
     svc.wait_source_applied()
-    _stop(proc, svc)
+    svc.stop()
     assert svc.compare(ITEMS, COMPOSITE)["items"] > 10
 
 
@@ -210,7 +206,7 @@ def test_seqnos_seen_again_change_nothing(conformance: Conformance) -> None:
     proc = svc.spawn("apply-committed:1")
     _workload(svc, rounds=3)
     _wait_exit(proc, svc, "apply-committed")
-    proc = svc.spawn()
+    svc.start()
     svc.wait_source_applied()
     expected = svc.compare(ITEMS, COMPOSITE)
     if svc.kind.replay_safe:
@@ -221,7 +217,7 @@ def test_seqnos_seen_again_change_nothing(conformance: Conformance) -> None:
         assert svc.trepctl("online", "--from-seqno", "0").returncode == 0
         svc.wait_source_applied()
         assert svc.compare(ITEMS, COMPOSITE) == expected
-    _stop(proc, svc)
+    svc.stop()
 
 
 def test_reset_and_replay_from_a_seqno(conformance: Conformance) -> None:
