@@ -265,9 +265,7 @@ class ChangesApplier:
         partitions = sorted(meta.topics[shape.topic].partitions)
         datum = self.envelope.value(shape, "t", None, None, origin, 0, self._total, 0, now_us)
         value = table.value(datum)
-        headers = [(SEQNO_HEADER, str(origin.seqno).encode()),
-                   (EPOCH_HEADER, str(origin.epoch).encode()),
-                   (ROW_HEADER, str(self._total).encode())]
+        headers = self._headers(origin)
         for partition in partitions:
             self._produce(shape.topic, None, value, headers, origin.seqno, partition)
         self._total += 1
@@ -435,15 +433,19 @@ class ChangesApplier:
                     raise DataError(f"{self.target}: a row of {shape.schema}.{shape.table} "
                                     f"(seqno {origin.seqno}) does not fit its schema: {exc}",
                                     seqno=origin.seqno) from exc
-                headers = [(SEQNO_HEADER, str(origin.seqno).encode()),
-                           (EPOCH_HEADER, str(origin.epoch).encode()),
-                           (ROW_HEADER, str(self._total).encode())]
+                headers = self._headers(origin)
                 self._produce(shape.topic, key, value, headers, origin.seqno)
                 if op == "d" and self.cfg.tombstones and key is not None:
                     self._produce(shape.topic, key, None, headers, origin.seqno)
                 self._total += 1
                 order += 1
         self._per_table[name] = order
+
+    def _headers(self, origin: Origin) -> list[tuple[str, bytes]]:
+        """A record's headers: its seqno, epoch and place in the transaction."""
+        return [(SEQNO_HEADER, str(origin.seqno).encode()),
+                (EPOCH_HEADER, str(origin.epoch).encode()),
+                (ROW_HEADER, str(self._total).encode())]
 
     def _produce(self, topic: str, key: bytes | None, value: bytes | None,
                  headers: list[tuple[str, bytes]] | None, seqno: int,

@@ -271,7 +271,8 @@ class WarehouseApplier:
         writer = self.writer
         ref = writer.resolve(check.schema, check.table)
         try:
-            writer.forget()  # the schema as committed now, not as cached by a failed block
+            # A check is a block of its own: the cache holds committed schemas (a failed
+            # block's rollback cleared it).
             schema = writer.schema(ref)
             if schema is None:
                 return

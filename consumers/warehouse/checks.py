@@ -15,8 +15,9 @@ table is merged into and turns each Delta value back into the form the THL carri
   ``_row``) order into the multiset of live rows (I/UI add a row, D/UD remove one equal
   row), which is what the source's whole-table range counts.
 
-The results go to a Delta ``consistency`` table beside ``trep_commit_seqno``: Tungsten's
-``consistency`` columns (seeds/003) plus the group, the seqno and the whole result as JSON.
+The results go (``tracking.py``) to a Delta ``consistency`` table beside
+``trep_commit_seqno``: Tungsten's ``consistency`` columns (seeds/003) plus the group, the
+seqno and the whole result as JSON.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -135,19 +135,10 @@ def _literal(value: ThlValue, delta_type: str) -> str:
     return f"CAST('{text}' AS {delta_type.upper()})"
 
 
-def record(spark: SparkSession, table: str, group: str, result: CheckResult) -> None:
-    """Upsert the range's row of the Delta ``consistency`` table (``table``: its SQL ref),
-    one row per group, table and range."""
+def consistency_row(group: str, result: CheckResult) -> tuple[Any, ...]:
+    """The ``consistency`` table's row of a checked range (``CONSISTENCY`` columns)."""
     now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-    values = (result.schema, result.table, result.range, result.range * result.limit,
-              result.limit, result.target_digest[:40], result.target_count,
-              result.source_digest[:40], result.source_count, now, result.method, group,
-              result.seqno, json.dumps(result.to_json()))
-    view = f"tungsten_check_{uuid.uuid4().hex}"
-    spark.createDataFrame([values], CONSISTENCY).createOrReplaceTempView(view)
-    try:
-        spark.sql(f"MERGE INTO {table} t USING {view} s ON t.db = s.db AND t.tbl = s.tbl "
-                  "AND t.id = s.id AND t.group_name = s.group_name "
-                  "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *").collect()
-    finally:
-        spark.catalog.dropTempView(view)
+    return (result.schema, result.table, result.range, result.range * result.limit,
+            result.limit, result.target_digest[:40], result.target_count,
+            result.source_digest[:40], result.source_count, now, result.method, group,
+            result.seqno, json.dumps(result.to_json()))

@@ -134,15 +134,7 @@ class DeltaTracking:
             return t.astimezone(dt.UTC).replace(tzinfo=None) if t is not None else None
         rows = [(b.id, b.seqno, b.event_id, naive(b.source_tstamp), naive(b.target_tstamp),
                  b.lag_millis, b.salt, b.name) for b in latest.values()]
-        view = f"tungsten_heartbeat_{uuid.uuid4().hex}"
-        self.spark.createDataFrame(rows, HEARTBEAT).createOrReplaceTempView(view)
-        try:
-            self._plain()
-            self.spark.sql(f"MERGE INTO {self.ref('heartbeat')} t USING {view} s "
-                           "ON t.id = s.id WHEN MATCHED THEN UPDATE SET * "
-                           "WHEN NOT MATCHED THEN INSERT *").collect()
-        finally:
-            self.spark.catalog.dropTempView(view)
+        self._upsert("heartbeat", rows, HEARTBEAT, ["id"])
 
     def record_staged(self, segments: list[Segment], generation: int, app_id: str) -> None:
         """Append the block's staging files to ``trep_staged_files`` (idempotent per block:
@@ -164,8 +156,22 @@ class DeltaTracking:
 
     def record_check(self, group: str, result: CheckResult) -> None:
         """Upsert one checked range's row of the ``consistency`` table."""
-        self._plain()
-        checks.record(self.spark, self.ref("consistency"), group, result)
+        self._upsert("consistency", [checks.consistency_row(group, result)],
+                     checks.CONSISTENCY, ["db", "tbl", "id", "group_name"])
+
+    def _upsert(self, table: str, rows: list[tuple[Any, ...]], columns: str,
+                key: list[str]) -> None:
+        """MERGE ``rows`` into a tracking table by ``key``: matched rows replaced."""
+        view = f"tungsten_{table}_{uuid.uuid4().hex}"
+        self.spark.createDataFrame(rows, columns).createOrReplaceTempView(view)
+        on = " AND ".join(f"t.{k} = s.{k}" for k in key)
+        try:
+            self._plain()
+            self.spark.sql(f"MERGE INTO {self.ref(table)} t USING {view} s ON {on} "
+                           "WHEN MATCHED THEN UPDATE SET * "
+                           "WHEN NOT MATCHED THEN INSERT *").collect()
+        finally:
+            self.spark.catalog.dropTempView(view)
 
     def _plain(self) -> None:
         """No transaction id or metadata of a data MERGE may leak into a tracking write."""
