@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from consumers.heartbeat import Heartbeat
 from consumers.position import Position
@@ -68,13 +68,19 @@ class BlockLimits:
     bytes: int | None = None
     #: Milliseconds a block stays open waiting for more events.
     ms: int = 500
+    #: Commit an open block as soon as no next event is waiting (on a seqno boundary),
+    #: without waiting out ``ms``: blocks stay small and latency low while the group keeps
+    #: up, and grow to the limits only when a backlog waits. False for appliers whose
+    #: commits are expensive (a Delta commit per block).
+    idle: bool = False
 
     def override(self, events: int | None = None, rows: int | None = None,
-                 bytes: int | None = None, ms: int | None = None) -> BlockLimits:
+                 bytes: int | None = None, ms: int | None = None,
+                 idle: bool | None = None) -> BlockLimits:
         """These limits with the configured ones in place of the defaults."""
-        return replace(self, **{k: v for k, v in (("events", events), ("rows", rows),
-                                                  ("bytes", bytes), ("ms", ms))
-                                if v is not None})
+        given: dict[str, Any] = {"events": events, "rows": rows, "bytes": bytes, "ms": ms,
+                                 "idle": idle}
+        return replace(self, **{k: v for k, v in given.items() if v is not None})
 
 
 @dataclass(frozen=True)

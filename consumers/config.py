@@ -35,6 +35,9 @@ class GroupConfig(BaseModel):
     block_commit_bytes: int | None = Field(None, gt=0)
     #: ... and the longest a block stays open waiting for more events.
     block_commit_ms: int | None = Field(None, ge=0)
+    #: Commit a block as soon as no next event is waiting (true: the SQL applier's default)
+    #: or only at a limit above (false).
+    block_commit_idle: bool | None = None
     #: Go ONLINE when the process starts, unless an operator set the group OFFLINE.
     auto_online: bool = True
     #: Apply-stage replicate/ignore filter (changes only this target).
@@ -50,4 +53,5 @@ class GroupConfig(BaseModel):
     def block_limits(self, defaults: BlockLimits) -> BlockLimits:
         """The applier's default limits with this group's settings in their place."""
         return defaults.override(self.block_commit_events, self.block_commit_rows,
-                                 self.block_commit_bytes, self.block_commit_ms)
+                                 self.block_commit_bytes, self.block_commit_ms,
+                                 self.block_commit_idle)

@@ -132,14 +132,15 @@ class ChannelWorker:
         in_seqno: int | None = None
         idle_since = time.monotonic()
         block_s = self.limits.ms / 1000
+        idle = self.limits.idle
         while not self._stop.is_set():
-            wait = _TICK if block is None else max(0.0, min(_TICK, block.opened + block_s
-                                                            - time.monotonic()))
+            wait = _TICK if block is None else 0.0 if idle and in_seqno is None else max(
+                0.0, min(_TICK, block.opened + block_s - time.monotonic()))
             try:
-                msg = self.queue.get(timeout=wait)
+                msg = self.queue.get(timeout=wait) if wait > 0 else self.queue.get_nowait()
             except queue.Empty:
-                if block is not None and in_seqno is None and \
-                        time.monotonic() - block.opened >= block_s:
+                if block is not None and in_seqno is None and (
+                        idle or time.monotonic() - block.opened >= block_s):
                     self._commit(block)
                     block, idle_since = None, time.monotonic()
                 elif block is None and self.position is not None and \

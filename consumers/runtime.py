@@ -666,6 +666,7 @@ class ConsumerRuntime:
         next_frag = 0
         skips = set(self.desired().skip_seqnos)
         block_s = self.limits.ms / 1000
+        idle = self.limits.idle
 
         def commit() -> None:
             nonlocal block
@@ -694,10 +695,13 @@ class ConsumerRuntime:
                     raise _GoOffline
                 if block.positions and time.monotonic() - block.opened >= block_s:
                     commit()
-            wait = 0.2 if not block.positions else max(
+            wait = 0.2 if not block.positions else 0.0 if idle and in_seqno is None else max(
                 0.0, min(0.2, block.opened + block_s - time.monotonic()))
             rec = feed.poll(wait)
             if rec is None:
+                if idle and block.positions and in_seqno is None:
+                    commit()  # nothing waits: the block need not wait either
+                    continue
                 if self._stale:
                     self._publish(force=False)  # idle: let the last commit show
                 if self._skips_done:

@@ -107,6 +107,8 @@ class CommitSeqnoTable:
         self.schema = schema
         self.metadata = tracking_metadata(schema)
         self.table = self.metadata.tables[f"{schema}.trep_commit_seqno"]
+        self._lock: sa.Select[tuple[int]] | None = None
+        self._advance: sa.Update | None = None
 
     def create(self, conn: sa.Connection) -> None:
         """Create the schema (where the dialect has them) and the five tables if missing."""
@@ -142,10 +144,37 @@ class CommitSeqnoTable:
         Two writers of one position serialize here: the second one waits for the first to
         commit and then sees the seqno it wrote.
         """
-        t = self.table
-        row = conn.execute(sa.select(t.c.seqno).where(t.c.task_id == task_id)
-                           .with_for_update()).first()
+        row = conn.execute(self.lock_statement(), {"w_task_id": task_id}).first()
         return None if row is None else row[0]
+
+    def lock_statement(self) -> sa.Select[tuple[int]]:
+        """``lock`` as one statement: bind ``w_task_id``; built once per table."""
+        if self._lock is None:
+            t = self.table
+            self._lock = sa.select(t.c.seqno).where(
+                t.c.task_id == sa.bindparam("w_task_id")).with_for_update()
+        return self._lock
+
+    def advance_statement(self) -> sa.Update:
+        """``advance`` from a stored position as one statement, built once per table.
+
+        Binds ``w_task_id`` and ``w_seqno`` (the expected stored seqno) and ``v_<column>``
+        for each column of ``CommitSeqno.row()``; it must match exactly one row.
+        """
+        if self._advance is None:
+            t = self.table
+            self._advance = sa.update(t).where(
+                t.c.task_id == sa.bindparam("w_task_id"),
+                t.c.seqno == sa.bindparam("w_seqno")).values(
+                {c: sa.bindparam(f"v_{c.name}") for c in t.c})
+        return self._advance
+
+    @staticmethod
+    def advance_params(pos: CommitSeqno, expected: int) -> dict[str, object]:
+        """The parameters of ``advance_statement`` moving ``expected`` to ``pos``."""
+        params: dict[str, object] = {f"v_{k}": v for k, v in pos.row().items()}
+        params.update(w_task_id=pos.task_id, w_seqno=expected)
+        return params
 
     def advance(self, conn: sa.Connection, pos: CommitSeqno, expected: int | None) -> None:
         """Move the position from ``expected`` (None: no position yet) to ``pos``.
@@ -162,12 +191,12 @@ class CommitSeqnoTable:
                 # Inserted meanwhile by a writer whose transaction we waited for.
                 raise PositionMoved(expected, None, "a position written meanwhile") from exc
             return
-        done = conn.execute(sa.update(t).where(t.c.task_id == pos.task_id,
-                                               t.c.seqno == expected).values(values))
+        done = conn.execute(self.advance_statement(), self.advance_params(pos, expected))
         if done.rowcount != 1:
-            raise PositionMoved(expected, self._stored(conn, pos.task_id))
+            raise PositionMoved(expected, self.stored(conn, pos.task_id))
 
-    def _stored(self, conn: sa.Connection, task_id: int) -> int | None:
+    def stored(self, conn: sa.Connection, task_id: int) -> int | None:
+        """The stored seqno, read without a lock (None: no position)."""
         t = self.table
         row = conn.execute(sa.select(t.c.seqno).where(t.c.task_id == task_id)).first()
         return None if row is None else row[0]

@@ -75,6 +75,9 @@ _WARN_EVERY_S = 60.0
 #: Characters of SQL text sent in one multi-statement round trip (MySQL family), at least
 #: one statement: far below any max_allowed_packet (MariaDB's default is 16 MiB).
 _ROUND_TRIP_BYTES = 1 << 20
+#: A connection kept between blocks is handed back to the pool (which pings it at the next
+#: checkout) once it has been idle this long: a target restarted meanwhile costs no error.
+_KEEP_IDLE_S = 10.0
 
 
 @dataclass
@@ -84,8 +87,17 @@ class _Queued:
     sql: str
     #: Rows it must match (0: not checked).
     rows: int
-    action: RowAction
-    target: TargetTable
+    action: RowAction | None
+    target: TargetTable | None
+    #: ``rows`` (a row change), ``lock`` (reads the stored position, locked) or
+    #: ``position`` (moves it: must match its one row).
+    kind: str = "rows"
+
+    def doing(self) -> str:
+        """What the statement does, for errors."""
+        if self.action is not None and self.target is not None:
+            return f"{self.action.value} into {self.target.qualified}"
+        return ("locking" if self.kind == "lock" else "advancing") + " trep_commit_seqno"
 
 
 @dataclass
@@ -147,7 +159,7 @@ class SqlApplier:
                 self.metrics.values_changed("nul_character", 0)
         self.capabilities = Capabilities(
             atomicity=Atomicity.TRANSACTIONAL, statements=StatementPolicy(statements),
-            keyless_tables=True, block=BlockLimits(events=10, ms=500), checks=True,
+            keyless_tables=True, block=BlockLimits(events=10, ms=500, idle=True), checks=True,
             channels=True)
         self.builder = RowStatements(self.dialect)
         self._engine: sa.Engine | None = None
@@ -163,6 +175,10 @@ class SqlApplier:
         #: SQL text of each compiled layout, and whether its parameters are positional.
         self._texts: dict[tuple[object, ...], tuple[str, tuple[str, ...] | None]] = {}
         self._session_defaults: dict[str, Any] = {}
+        #: SQL text of the tracking statements sent with the rows (MySQL family).
+        self._tracking_texts: dict[str, str] = {}
+        #: When the connection kept between blocks was last used (monotonic seconds).
+        self._released = 0.0
         #: Seqnos of the open block (for the audit table).
         self._seqnos: list[int] = []
         #: The first seqno after a (re)connect may replay a DDL that already ran.
@@ -179,7 +195,7 @@ class SqlApplier:
 
     @property
     def _db(self) -> sa.Connection:
-        if self._conn is None:
+        if self._conn is None or self._txn is None:
             raise RuntimeError("no open block: begin() first")
         return self._conn
 
@@ -257,15 +273,25 @@ class SqlApplier:
     def begin(self) -> None:
         self._seqnos = []
         self._changed.clear()
+        if self._conn is not None and time.monotonic() - self._released > _KEEP_IDLE_S:
+            self._end()
         try:
-            self._conn = self._eng.connect()
+            # One connection from block to block while they follow each other: a pool
+            # checkout per block cost a ping and a ROLLBACK round trip each.
+            if self._conn is None:
+                self._conn = self._eng.connect()
             self._txn = self._conn.begin()
             if not self._session_defaults and self.dialect in MYSQL_FAMILY:
                 row = self._db.execute(sa.text(
                     "SELECT " + ", ".join(f"@@session.{v}" for v in _SESSION_VARIABLES))).one()
                 self._session_defaults = dict(zip(_SESSION_VARIABLES, row, strict=True))
             # Lock the position row for the block: a second writer of this position waits
-            # here, then finds the position moved, before it applies anything.
+            # here, then finds the position moved, before it applies anything. Queued, the
+            # lock leads the block's first round trip and is checked before anything else.
+            if self._multi:
+                self._enqueue(_Queued(self._tracking_sql(
+                    "lock", {"w_task_id": self.task_id}), 0, None, None, kind="lock"))
+                return
             stored = self.tracking.lock(self._db, self.task_id)
         except sa_exc.DBAPIError as exc:
             self.rollback()
@@ -273,6 +299,19 @@ class SqlApplier:
         if stored != self._expected:
             self.rollback()
             raise self._conflict(PositionMoved(self._expected, stored))
+
+    def _tracking_sql(self, which: str, params: dict[str, object]) -> str:
+        """A tracking statement rendered with the driver's escaping (compiled once)."""
+        text = self._tracking_texts.get(which)
+        if text is None:
+            stmt = (self.tracking.lock_statement() if which == "lock"
+                    else self.tracking.advance_statement())
+            text = self._tracking_texts[which] = stmt.compile(dialect=self._db.dialect).string
+        cursor = self._db.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            return str(cursor.mogrify(text, params))
+        finally:
+            cursor.close()
 
     def apply(self, event: ThlEvent) -> None:
         chunk = chunk_of(event)
@@ -367,14 +406,28 @@ class SqlApplier:
             fragno=position.fragno, last_frag=position.last_frag, task_id=self.task_id,
             applied_latency=max(0, int((now - source_time).total_seconds())),
             extract_timestamp=source_time.replace(tzinfo=None))
+        # On MySQL-family targets the position travels with the block's last rows: one
+        # round trip, then COMMIT. A crash before that COMMIT undoes both alike.
+        expected = self._expected
+        pipelined = self._multi and expected is not None
+        committed = False
         try:
-            self._flush()
             if self.audit is not None and self._seqnos:
+                self._flush()
                 self._db.execute(sa.insert(self.audit), [
                     {"seqno": s, "applied_at": now.replace(tzinfo=None)} for s in self._seqnos])
+            if not pipelined:
+                self._flush()
             crashpoints.reached("apply-before-position")
-            self.tracking.advance(self._db, row, self._expected)
+            if pipelined and expected is not None:
+                self._enqueue(_Queued(self._tracking_sql(
+                    "advance", self.tracking.advance_params(row, expected)),
+                    1, None, None, kind="position"))
+                self._flush()
+            else:
+                self.tracking.advance(self._db, row, self._expected)
             txn.commit()
+            committed = True
             self._ddl_in_block = False
             self._count_changes(position.seqno)
         except PositionMoved as exc:
@@ -385,7 +438,7 @@ class SqlApplier:
             raise self._classify(exc, f"committing up to seqno {position.seqno}",
                                  seqno=position.seqno) from exc
         finally:
-            self._end()
+            self._end(keep=committed)
         self._expected = position.seqno
         # A block that only moved a channel's position (parallel apply) replayed nothing.
         self._replaying = self._replaying and not self._seqnos
@@ -453,13 +506,18 @@ class SqlApplier:
                             "target; counted in trep_values_changed_total{kind=\"%s\"})",
                             self.target, table, column, count, what, seqno, kind)
 
-    def _end(self) -> None:
+    def _end(self, keep: bool = False) -> None:
+        """The block is over; ``keep``: it committed, its connection serves the next one."""
+        self._txn = None
+        if keep:
+            self._released = time.monotonic()
+            return
         if self._conn is not None:
             try:
                 self._conn.close()
             except sa_exc.SQLAlchemyError as exc:
                 log.debug("close: %s", exc)
-        self._conn = self._txn = None
+        self._conn = None
 
     # -- rows -------------------------------------------------------------------------------
 
@@ -795,28 +853,49 @@ class SqlApplier:
         cursor = self._db.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         at = queued[0]
         mismatch: tuple[_Queued, int] | None = None
+        moved: PositionMoved | None = None
         try:
             cursor.execute(";\n".join(q.sql for q in queued))
             for i, at in enumerate(queued):
                 if i and not cursor.nextset():
                     raise RuntimeError(f"{len(queued)} statements sent, {i} results read")
-                if at.rows and cursor.rowcount != at.rows and mismatch is None:
+                if at.kind == "lock":
+                    found = cursor.fetchone()
+                    stored = None if found is None else found[0]
+                    if stored != self._expected:
+                        moved = PositionMoved(self._expected, stored)
+                elif at.kind == "position":
+                    if cursor.rowcount != 1 and moved is None:
+                        moved = PositionMoved(self._expected, None, "another seqno")
+                elif at.rows and cursor.rowcount != at.rows and mismatch is None:
                     mismatch = (at, cursor.rowcount)
         except pymysql.MySQLError as exc:
+            if moved is not None:
+                # The position moved first: whatever failed after it is the other
+                # writer's doing.
+                self.rollback()
+                raise self._conflict(moved) from exc
             # The server stopped at the failing statement: name its table like executemany.
             dbapi = self._db.dialect.loaded_dbapi
             wrapped = sa_exc.DBAPIError.instance(at.sql[:200], None, exc, dbapi.Error)
             if not isinstance(wrapped, sa_exc.DBAPIError):
                 raise wrapped from exc
-            raise self._classify(wrapped, f"{at.action.value} into {at.target.qualified}"
-                                 ) from exc
+            raise self._classify(wrapped, at.doing()) from exc
         finally:
             cursor.close()
+        if moved is not None:
+            if moved.found is None and moved.expected is not None:
+                moved = PositionMoved(moved.expected,
+                                      self.tracking.stored(self._db, self.task_id))
+            self.rollback()
+            raise self._conflict(moved)
         if mismatch is not None:
             at, count = mismatch
+            what = (f"{at.action.value} of {at.target.qualified}"
+                    if at.action is not None and at.target is not None else at.doing())
             raise DataError(
-                f"{at.action.value} of {at.target.qualified} on {self.target} matched "
-                f"{count} of {at.rows} row(s): the target has diverged from the source")
+                f"{what} on {self.target} matched {count} of {at.rows} row(s): the target "
+                "has diverged from the source")
 
     # -- statements (policy apply: MySQL-family targets) -------------------------------------
 

@@ -487,8 +487,11 @@ def test_the_position_guard_holds_per_channel(sharded: Callable[..., Sharded]) -
         one.commit(pos(5))
         zero.begin()  # its own row: nobody moved it
         zero.commit(pos(3))
+        # MariaDB: the lock leads the block's first round trip, so the conflict shows at
+        # the latest when the block commits, and nothing of it does.
         with pytest.raises(PositionConflict, match=r"task_id 1\) moved under this consumer"):
             other.begin()
+            other.commit(pos(6))
         rows = rep.tgt(f"SELECT task_id, seqno FROM {rep.cfg.tracking_schema}."
                        "trep_commit_seqno ORDER BY task_id")
         assert [tuple(r) for r in rows] == [(0, 3), (1, 5)]

@@ -3,6 +3,7 @@ before it commits anything (MariaDB and PostgreSQL, the real servers)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 import uuid
@@ -12,11 +13,13 @@ import pytest
 import sqlalchemy as sa
 
 from consumers.errors import PositionConflict
+from consumers.heartbeat import Heartbeat
 from consumers.position import Position
 from consumers.registry import ApplierContext
 from consumers.sql.applier import SqlApplier
 from consumers.sql.config import SqlTarget
 from replicator.config import ServiceSettings
+from replicator.tracking import CommitSeqnoTable
 from stack.services.mariadb import MariaDB
 from stack.services.postgresql import PostgreSQL
 
@@ -50,24 +53,44 @@ def _applier(url: str, schema: str) -> SqlApplier:
     return applier
 
 
+def _block(applier: SqlApplier, seqno: int) -> None:
+    """One block up to ``seqno``: the lock is taken at begin() (PostgreSQL) or leads the
+    block's first round trip (MariaDB, where it travels with the rows): either way a moved
+    position is refused before anything of the block commits."""
+    applier.begin()
+    applier.commit(_event(seqno))
+
+
+def _stored(url: str, schema: str) -> int | None:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return CommitSeqnoTable(schema).stored(conn, 0)
+    finally:
+        engine.dispose()
+
+
 def test_second_writer_of_a_position_is_refused(target: tuple[str, str]) -> None:
     url, schema = target
     a, b = _applier(url, schema), _applier(url, schema)
     try:
         assert a.position() is None and b.position() is None
-        a.begin()
-        a.commit(_event(0))
+        _block(a, 0)
         # b read "no position" before a wrote one.
         with pytest.raises(PositionConflict, match="expected stored seqno none, found 0"):
-            b.begin()
+            _block(b, 1)
+        assert _stored(url, schema) == 0
         pos = b.position()
         assert pos is not None and pos.seqno == 0
-        b.begin()
-        b.commit(_event(1))
+        _block(b, 1)
         with pytest.raises(PositionConflict, match="expected stored seqno 0, found 1"):
-            a.begin()
+            _block(a, 2)
+        assert _stored(url, schema) == 1
         pos = a.position()
         assert pos is not None and pos.seqno == 1
+        # Refused writers leave nothing behind: the next block of the rightful one commits.
+        _block(a, 2)
+        assert _stored(url, schema) == 2
     finally:
         a.close()
         b.close()
@@ -78,16 +101,19 @@ def test_concurrent_writers_serialize_on_the_position_row(target: tuple[str, str
     a, b = _applier(url, schema), _applier(url, schema)
     try:
         a.position()
-        a.begin()
-        a.commit(_event(5))
+        _block(a, 5)
         assert b.position() is not None
         a.position()
-        a.begin()  # holds the position row
+        a.begin()  # holds the position row (MariaDB: from its first round trip, here
+        # the heartbeat's)
+        now = dt.datetime.now(dt.UTC)
+        a.heartbeat(Heartbeat(id=1, name="guard", salt=1, seqno=6, event_id="e",
+                              source_tstamp=now, target_tstamp=now, lag_millis=0))
         outcome: list[BaseException | None] = []
 
         def second() -> None:
             try:
-                b.begin()  # waits for a's block, then sees the position it wrote
+                _block(b, 7)  # waits for a's block, then sees the position it wrote
                 outcome.append(None)
             except BaseException as exc:
                 outcome.append(exc)

@@ -209,6 +209,49 @@ def test_block_limits_by_rows_and_bytes_close_blocks_early() -> None:
     assert [len(b) for b in target.store.blocks] == [2] * 6
 
 
+class TrickleFeed(MemoryFeed):
+    """A log whose records after ``hold`` arrive only once ``release`` is set."""
+
+    def __init__(self, records: list[ThlRecord], hold: int) -> None:
+        super().__init__(records)
+        self.hold = hold
+        self.release = threading.Event()
+
+    def poll(self, timeout: float) -> ThlRecord | None:
+        if self.at >= self.hold and not self.release.is_set():
+            self.release.wait(timeout)
+            return None
+        return super().poll(timeout)
+
+
+def _blocks_of_a_trickle(group: GroupConfig) -> list[int]:
+    """Blocks (in seqnos) of 3 records at once, then 3 more 0.3 s later."""
+    records = [_rec(i, i) for i in range(6)]
+    feed = TrickleFeed(records, hold=3)
+    threading.Timer(0.3, feed.release.set).start()
+    target = MemoryApplier(MemoryTarget())
+    runtime = ConsumerRuntime(
+        "g", group, FeedSettings({}, "thl.t", "grp", "t", TRACKING), target,
+        MemoryControl(), MemoryPositions(),  # type: ignore[arg-type]
+        feed_factory=lambda _: feed)  # type: ignore[arg-type,return-value]
+    thread = threading.Thread(target=runtime.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not _at(5)(target, MemoryControl()):
+        assert time.monotonic() < deadline, target.store.blocks
+        time.sleep(0.01)
+    runtime.stop()
+    thread.join(10)
+    return [len(b) for b in target.store.blocks]
+
+
+def test_idle_commit_closes_a_block_as_soon_as_nothing_waits() -> None:
+    # A block open for up to 2 s: with idle commits the first three seqnos do not wait
+    # for the next three; without, all six wait in one block.
+    assert _blocks_of_a_trickle(_group(block_commit_ms=2000, block_commit_idle=True)) == [3, 3]
+    assert _blocks_of_a_trickle(_group(block_commit_ms=2000, block_commit_idle=False)) == [6]
+
+
 def test_restart_resumes_after_the_stored_seqno_and_skips_nothing() -> None:
     records = [_rec(i, i) for i in range(8)]
     target, _, _ = _run(records, _at(7), stored=_stored(4))
