@@ -57,6 +57,7 @@ from replicator.source import source_engine
 from replicator.state import State, Status
 from replicator.tracking import CommitSeqno, CommitSeqnoTable
 from replicator.zk import Leadership, ServiceNodes, ZkHealth, ZkPosition, connect
+from replicator.zk_session_slot import claim_slot
 from thl_topics.admin import ThlTopicSpec, ensure_thl_topic
 from thl_topics.client import check_access, new_admin
 from thl_topics.errors import ThlError, ThlUnavailable
@@ -124,9 +125,16 @@ class Extractor:
         fenced this one) sends the instance back to standby: it waits for the lock again
         and then starts over from the THL tail, like any new leader.
         """
+        settings = self.service.zookeeper
+        slot = claim_slot(settings.hosts, settings.root, self.service.service, "extractor",
+                          settings.timeout_s, settings.session_dir)
         zk = self._connect_zookeeper()
         if zk is None:
+            if slot is not None:
+                slot.release()
             return
+        if slot is not None:
+            slot.follow(zk)
         self.zk_health = ZkHealth(zk)
         nodes = ServiceNodes(zk, self.service.zookeeper.root, self.service.service)
         self._control = ComponentNodes(zk, self.service.zookeeper.root, self.service.service,
@@ -150,6 +158,8 @@ class Extractor:
             self.zk_health.closing()
             zk.stop()
             zk.close()
+            if slot is not None:
+                slot.release()
 
     def _connect_zookeeper(self) -> KazooClient | None:
         """A ZooKeeper session, waited for as long as it takes (None: stopped meanwhile)."""

@@ -287,6 +287,11 @@ class ZooKeeperConfig(BaseModel):
     #: Root znode; a service lives under ``<root>/<service>``.
     root: str = "/tungsten"
     timeout_s: float = Field(10.0, gt=0)
+    #: Local directory of the session slots (``replicator.zk_session_slot``): a process
+    #: restarted after a crash ends its dead predecessor's session there instead of waiting
+    #: ``timeout_s`` for its locks. Default: ``$XDG_RUNTIME_DIR/tungsten-kafka``, else
+    #: ``<tmp>/tungsten-kafka-<uid>``.
+    session_dir: str | None = None
 
 
 class SourceConfig(BaseModel):

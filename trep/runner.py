@@ -20,6 +20,7 @@ from extractor.metrics import ExtractorCollector
 from extractor.service import Extractor
 from replicator.zk import ZkHealth, connect
 from replicator.zk_metrics import ZkCollector
+from replicator.zk_session_slot import claim_slot
 from trep.config import ConfigError, ServiceConfig, load_config
 
 log = logging.getLogger("trep-run")
@@ -31,7 +32,12 @@ class Runner:
     def __init__(self, cfg: ServiceConfig, *, extractor: bool, consumers: list[str]) -> None:
         self.cfg = cfg
         self.registry = CollectorRegistry()
-        self.zk = connect(cfg.zookeeper.hosts, cfg.zookeeper.timeout_s)
+        zk = cfg.zookeeper
+        self.slot = claim_slot(zk.hosts, zk.root, cfg.service, "consumers", zk.timeout_s,
+                               zk.session_dir)
+        self.zk = connect(zk.hosts, zk.timeout_s)
+        if self.slot is not None:
+            self.slot.follow(self.zk)
         self.zk_health = ZkHealth(self.zk)
         self.registry.register(ZkCollector(self.zk_health, cfg.service, "consumers"))
         self.extractor = Extractor(cfg, cfg.extractor) if extractor else None
@@ -91,6 +97,8 @@ class Runner:
         self.zk_health.closing()
         self.zk.stop()
         self.zk.close()
+        if self.slot is not None:
+            self.slot.release()
 
 
 @click.command()

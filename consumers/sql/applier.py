@@ -744,12 +744,9 @@ class SqlApplier:
             steps.append((RowAction.INSERT, change.column_specs,
                           bind_rows(RowAction.INSERT, after, [], change.column_specs)))
         for action, specs, params in steps:
-            stmt = statement_for(self.builder, target, action, specs, specs)
-            try:
-                self._db.execute(stmt, params)
-            except sa_exc.DBAPIError as exc:
-                raise self._classify(exc, f"{action.value} into {target.qualified} "
-                                          "(provisioning)") from exc
+            # Queued like any batch on MySQL-family targets (PyMySQL's executemany would
+            # send a DELETE per row, a round trip each); unchecked: the rows may be absent.
+            self._execute(_Batch(target, action, specs, specs, params), check=False)
 
     def _close_batch(self) -> None:
         """The open batch goes out (executed, or queued for the next round trip)."""

@@ -1,4 +1,5 @@
-"""Crashes, a target outage and a diverged log: nothing lost, nothing applied twice."""
+"""Crashes, a second process for the same groups and a diverged log: nothing lost, nothing
+applied twice. (A target outage under load is tested on every target kind: conformance.)"""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ from collections.abc import Callable
 
 import yaml
 from kazoo.exceptions import NoNodeError
-
-from stack import services
 
 from .conftest import Replication
 from .tables import (
@@ -44,6 +43,10 @@ def test_consumers_killed_twenty_times_under_load_apply_everything_once(
     finally:
         committed = work.stop()
     assert committed > 500
+    # The kills hit applying processes, not standbys waiting out a dead predecessor's
+    # ZooKeeper session: each restart ended that session (replicator.zk_session_slot).
+    online = rep.log_path.read_text().count("mariadb: ONLINE")
+    assert online >= 15, f"only {online} of 20 killed processes were applying"
     proc = rep.spawn("--no-extractor")
     try:
         rep.wait_source_applied(timeout=300)
@@ -113,33 +116,6 @@ def _lock_holder(rep: Replication, group: str) -> int:
     contenders = rep.zk.Lock(_lock_path(rep, group)).contenders()
     assert contenders, f"nobody holds the lock of {group}"
     return int(contenders[0].rsplit(":", 1)[1])
-
-
-def test_target_down_for_thirty_seconds_under_load_recovers_and_converges(
-        replication: Replication) -> None:
-    rep = replication
-    rep.start()
-    create_tables(rep, (ACCOUNTS_MYSQL, ACCOUNTS_PG), (NOPK_MYSQL, NOPK_PG))
-    work = MixedWorkload(rep.source.port, rep.schema, seed=31)
-    work.start()
-    target = services.get("mariadb-target")
-    try:
-        time.sleep(3)
-        target.stop()
-        time.sleep(30)
-        status = rep.status("mariadb")
-        assert status["state"] == "GOING-ONLINE:SYNCHRONIZING", status
-        assert "retrying" in status["pendingExceptionMessage"]
-        target.start()
-        time.sleep(3)
-    finally:
-        if not target.running():
-            target.start()
-        work.stop()
-    rep.wait_source_applied(timeout=300)
-    assert rep.status("mariadb")["state"] == "ONLINE"
-    assert compare(rep, "accounts", ACCOUNTS_NAMES, "id") > 10
-    assert compare(rep, "nopk", NOPK_NAMES, "a, b, c") > 5
 
 
 def test_recreated_thl_topic_is_refused_with_the_epoch_message(
