@@ -2,10 +2,12 @@
 
 Row changes become INSERT/UPDATE/DELETE through SQLAlchemy Core; consecutive rows of one
 table, action and column layout go to the driver as one executemany. On MySQL-family targets
-through PyMySQL the same compiled statements are rendered by the driver (its own escaping)
-and a block's rows travel as multi-row INSERTs and multi-statement round trips instead of
-one round trip per updated or deleted row; every statement's matched-row count is still
-checked. Statement events are
+through PyMySQL and on PostgreSQL through psycopg the same compiled statements are rendered
+by the driver (its own client-side escaping: PyMySQL's cursor, psycopg's ClientCursor) and a
+block's rows travel as multi-row INSERTs and multi-statement round trips, together with the
+lock and the compare-and-set of the block's position, instead of one round trip (or one
+server-side execution) per row; every statement's matched-row count is still checked.
+Statement events are
 replayed on MySQL-family targets only, inside the session OPTIONS they carry. On PostgreSQL
 and Oracle (``create_tables``) the row images make and evolve the tables instead
 (``consumers.sql.ddl``): on PostgreSQL that DDL runs in the block's transaction, so a crash
@@ -24,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 import pymysql
 import sqlalchemy as sa
 from pymysql.constants import CLIENT
@@ -78,6 +81,9 @@ _ROUND_TRIP_BYTES = 1 << 20
 #: A connection kept between blocks is handed back to the pool (which pings it at the next
 #: checkout) once it has been idle this long: a target restarted meanwhile costs no error.
 _KEEP_IDLE_S = 10.0
+#: (dialect, driver) pairs whose cursors render statements on the client and return the
+#: results of several statements sent at once.
+_MULTI_DRIVERS = {("mysql", "pymysql"), ("mariadb", "pymysql"), ("postgresql", "psycopg")}
 
 
 @dataclass
@@ -168,8 +174,9 @@ class SqlApplier:
         self._tables: dict[tuple[str, str], TargetTable] = {}
         self._stmts: dict[tuple[object, ...], Any] = {}
         self._batch: _Batch | None = None
-        #: PyMySQL on a MySQL-family target: statements are rendered and sent together.
-        self._multi = self.dialect in MYSQL_FAMILY and self.url.get_driver_name() == "pymysql"
+        #: PyMySQL on a MySQL-family target, psycopg on PostgreSQL: statements are rendered
+        #: by the driver (client-side binding) and sent together.
+        self._multi = (self.dialect, self.url.get_driver_name()) in _MULTI_DRIVERS
         self._queued: list[_Queued] = []
         self._queued_bytes = 0
         #: SQL text of each compiled layout, and whether its parameters are positional.
@@ -307,7 +314,7 @@ class SqlApplier:
             stmt = (self.tracking.lock_statement() if which == "lock"
                     else self.tracking.advance_statement())
             text = self._tracking_texts[which] = stmt.compile(dialect=self._db.dialect).string
-        cursor = self._db.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        cursor = self._cursor()
         try:
             return str(cursor.mogrify(text, params))
         finally:
@@ -804,7 +811,7 @@ class SqlApplier:
         sql, order = self._text(batch)
         rows: list[Any] = (batch.params if order is None else
                            [tuple(p[name] for name in order) for p in batch.params])
-        cursor = self._db.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        cursor = self._cursor()
         try:
             self._render(batch, check, sql, rows, cursor)
         finally:
@@ -836,6 +843,13 @@ class SqlApplier:
             self._enqueue(_Queued(cursor.mogrify(sql, row), 1 if check else 0, batch.action,
                                   batch.target))
 
+    def _cursor(self) -> Any:
+        """A cursor that binds on the client (``mogrify``) and reads several results."""
+        raw = self._db.connection.dbapi_connection
+        if self.dialect == "postgresql":
+            return psycopg.ClientCursor(raw)  # type: ignore[call-overload]
+        return raw.cursor()  # type: ignore[union-attr]
+
     def _enqueue(self, queued: _Queued) -> None:
         if self._queued and self._queued_bytes + len(queued.sql) > _ROUND_TRIP_BYTES:
             self._send()
@@ -847,7 +861,7 @@ class SqlApplier:
         queued, self._queued, self._queued_bytes = self._queued, [], 0
         if not queued:
             return
-        cursor = self._db.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        cursor = self._cursor()
         at = queued[0]
         mismatch: tuple[_Queued, int] | None = None
         moved: PositionMoved | None = None
@@ -866,7 +880,7 @@ class SqlApplier:
                         moved = PositionMoved(self._expected, None, "another seqno")
                 elif at.rows and cursor.rowcount != at.rows and mismatch is None:
                     mismatch = (at, cursor.rowcount)
-        except pymysql.MySQLError as exc:
+        except (pymysql.MySQLError, psycopg.Error) as exc:
             if moved is not None:
                 # The position moved first: whatever failed after it is the other
                 # writer's doing.

@@ -91,8 +91,10 @@ class RowStatements:
         rowid = {"postgresql": "ctid", "oracle": "ROWID"}.get(self.dialect)
         if rowid is None:
             raise NotImplementedError(f"no single-row address for dialect {self.dialect}")
+        # LIMIT as literal text, not a bound parameter: the statement is also rendered by
+        # the driver with the row's parameters only (consumers.sql.applier's queued path).
         one = (sa.select(sa.literal_column(rowid)).select_from(t).where(match)
-               .limit(1).scalar_subquery())
+               .limit(sa.literal_column("1", sa.Integer)).scalar_subquery())
         return stmt.where(sa.literal_column(rowid) == one)
 
 
