@@ -137,7 +137,7 @@ class ChannelWorker:
             wait = _TICK if block is None else 0.0 if idle and in_seqno is None else max(
                 0.0, min(_TICK, block.opened + block_s - time.monotonic()))
             try:
-                msg = self.queue.get(timeout=wait) if wait > 0 else self.queue.get_nowait()
+                msg = self.queue.get(timeout=wait)
             except queue.Empty:
                 if block is not None and in_seqno is None and (
                         idle or time.monotonic() - block.opened >= block_s):

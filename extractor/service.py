@@ -125,9 +125,7 @@ class Extractor:
         fenced this one) sends the instance back to standby: it waits for the lock again
         and then starts over from the THL tail, like any new leader.
         """
-        settings = self.service.zookeeper
-        slot = claim_slot(settings.hosts, settings.root, self.service.service, "extractor",
-                          settings.timeout_s, settings.session_dir)
+        slot = claim_slot(self.service.zookeeper, self.service.service, "extractor")
         zk = self._connect_zookeeper()
         if zk is None:
             if slot is not None:

@@ -182,11 +182,9 @@ class CommitSeqnoTable:
         Raises PositionMoved when the stored seqno is not ``expected``: someone else wrote
         the position since it was read.
         """
-        t = self.table
-        values = pos.row()
         if expected is None:
             try:
-                conn.execute(sa.insert(t).values(values))
+                conn.execute(sa.insert(self.table).values(pos.row()))
             except sa_exc.IntegrityError as exc:
                 # Inserted meanwhile by a writer whose transaction we waited for.
                 raise PositionMoved(expected, None, "a position written meanwhile") from exc

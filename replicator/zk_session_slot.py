@@ -30,6 +30,8 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
+from replicator.config import ZooKeeperConfig
+
 log = logging.getLogger(__name__)
 
 #: Slots per (service, role) on one host: standbys of one service on one host take the next
@@ -141,12 +143,11 @@ class SessionSlot:
             os.close(self._fd)
 
 
-def claim_slot(hosts: str, root: str, service: str, role: str, timeout: float,
-               session_dir: str | None = None) -> SessionSlot | None:
+def claim_slot(zk: ZooKeeperConfig, service: str, role: str) -> SessionSlot | None:
     """Claim this process's slot for ``role`` and end the session a dead predecessor left
     in it (see the module's docstring); None when slots cannot be used here."""
-    directory = Path(session_dir) if session_dir else default_session_dir()
-    slot = SessionSlot.claim(directory, hosts, root, service, role)
+    directory = Path(zk.session_dir) if zk.session_dir else default_session_dir()
+    slot = SessionSlot.claim(directory, zk.hosts, zk.root, service, role)
     if slot is not None:
-        slot.end_predecessor(hosts, timeout)
+        slot.end_predecessor(zk.hosts, zk.timeout_s)
     return slot

@@ -33,8 +33,7 @@ class Runner:
         self.cfg = cfg
         self.registry = CollectorRegistry()
         zk = cfg.zookeeper
-        self.slot = claim_slot(zk.hosts, zk.root, cfg.service, "consumers", zk.timeout_s,
-                               zk.session_dir)
+        self.slot = claim_slot(zk, cfg.service, "consumers")
         self.zk = connect(zk.hosts, zk.timeout_s)
         if self.slot is not None:
             self.slot.follow(self.zk)

@@ -75,7 +75,7 @@ _SESSION_VARIABLES = ("sql_mode", "foreign_key_checks", "unique_checks",
 _CREATES = ("postgresql", "oracle")
 #: A value policy's warning for one table column is logged at most this often.
 _WARN_EVERY_S = 60.0
-#: Characters of SQL text sent in one multi-statement round trip (MySQL family), at least
+#: Characters of SQL text sent in one multi-statement round trip (queued path), at least
 #: one statement: far below any max_allowed_packet (MariaDB's default is 16 MiB).
 _ROUND_TRIP_BYTES = 1 << 20
 #: A connection kept between blocks is handed back to the pool (which pings it at the next
@@ -99,10 +99,10 @@ class _Queued:
     #: ``position`` (moves it: must match its one row).
     kind: str = "rows"
 
-    def doing(self) -> str:
+    def doing(self, preposition: str = "into") -> str:
         """What the statement does, for errors."""
         if self.action is not None and self.target is not None:
-            return f"{self.action.value} into {self.target.qualified}"
+            return f"{self.action.value} {preposition} {self.target.qualified}"
         return ("locking" if self.kind == "lock" else "advancing") + " trep_commit_seqno"
 
 
@@ -182,7 +182,7 @@ class SqlApplier:
         #: SQL text of each compiled layout, and whether its parameters are positional.
         self._texts: dict[tuple[object, ...], tuple[str, tuple[str, ...] | None]] = {}
         self._session_defaults: dict[str, Any] = {}
-        #: SQL text of the tracking statements sent with the rows (MySQL family).
+        #: SQL text of the tracking statements sent with the rows (queued path).
         self._tracking_texts: dict[str, str] = {}
         #: When the connection kept between blocks was last used (monotonic seconds).
         self._released = 0.0
@@ -413,26 +413,25 @@ class SqlApplier:
             fragno=position.fragno, last_frag=position.last_frag, task_id=self.task_id,
             applied_latency=max(0, int((now - source_time).total_seconds())),
             extract_timestamp=source_time.replace(tzinfo=None))
-        # On MySQL-family targets the position travels with the block's last rows: one
-        # round trip, then COMMIT. A crash before that COMMIT undoes both alike.
+        # On the queued path the position travels with the block's last rows: one round
+        # trip, then COMMIT. A crash before that COMMIT undoes both alike.
         expected = self._expected
-        pipelined = self._multi and expected is not None
         committed = False
         try:
+            advance = None if not self._multi or expected is None else self._tracking_sql(
+                "advance", self.tracking.advance_params(row, expected))
             if self.audit is not None and self._seqnos:
                 self._flush()
                 self._db.execute(sa.insert(self.audit), [
                     {"seqno": s, "applied_at": now.replace(tzinfo=None)} for s in self._seqnos])
-            if not pipelined:
+            if advance is None:
                 self._flush()
             crashpoints.reached("apply-before-position")
-            if pipelined and expected is not None:
-                self._enqueue(_Queued(self._tracking_sql(
-                    "advance", self.tracking.advance_params(row, expected)),
-                    1, None, None, kind="position"))
+            if advance is not None:
+                self._enqueue(_Queued(advance, 1, None, None, kind="position"))
                 self._flush()
             else:
-                self.tracking.advance(self._db, row, self._expected)
+                self.tracking.advance(self._db, row, expected)
             txn.commit()
             committed = True
             self._ddl_in_block = False
@@ -865,6 +864,7 @@ class SqlApplier:
         at = queued[0]
         mismatch: tuple[_Queued, int] | None = None
         moved: PositionMoved | None = None
+        position_missed = False
         try:
             cursor.execute(";\n".join(q.sql for q in queued))
             for i, at in enumerate(queued):
@@ -876,8 +876,7 @@ class SqlApplier:
                     if stored != self._expected:
                         moved = PositionMoved(self._expected, stored)
                 elif at.kind == "position":
-                    if cursor.rowcount != 1 and moved is None:
-                        moved = PositionMoved(self._expected, None, "another seqno")
+                    position_missed = cursor.rowcount != 1
                 elif at.rows and cursor.rowcount != at.rows and mismatch is None:
                     mismatch = (at, cursor.rowcount)
         except (pymysql.MySQLError, psycopg.Error) as exc:
@@ -894,19 +893,16 @@ class SqlApplier:
             raise self._classify(wrapped, at.doing()) from exc
         finally:
             cursor.close()
+        if moved is None and position_missed:
+            moved = PositionMoved(self._expected, self.tracking.stored(self._db, self.task_id))
         if moved is not None:
-            if moved.found is None and moved.expected is not None:
-                moved = PositionMoved(moved.expected,
-                                      self.tracking.stored(self._db, self.task_id))
             self.rollback()
             raise self._conflict(moved)
         if mismatch is not None:
             at, count = mismatch
-            what = (f"{at.action.value} of {at.target.qualified}"
-                    if at.action is not None and at.target is not None else at.doing())
             raise DataError(
-                f"{what} on {self.target} matched {count} of {at.rows} row(s): the target "
-                "has diverged from the source")
+                f"{at.doing('of')} on {self.target} matched {count} of {at.rows} row(s): the "
+                "target has diverged from the source")
 
     # -- statements (policy apply: MySQL-family targets) -------------------------------------
 

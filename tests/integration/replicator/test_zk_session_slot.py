@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
+from replicator.config import ZooKeeperConfig
 from replicator.zk_session_slot import claim_slot
 from stack.services.zookeeper import ZooKeeper
 
@@ -23,9 +24,11 @@ SESSION_TIMEOUT = 40.0
 HOLDER = textwrap.dedent("""
     import sys, time
     from replicator.zk import connect
+    from replicator.config import ZooKeeperConfig
     from replicator.zk_session_slot import claim_slot
     hosts, root, service, slots, lock = sys.argv[1:6]
-    slot = claim_slot(hosts, root, service, "consumers", 40.0, slots)
+    slot = claim_slot(ZooKeeperConfig(hosts=hosts, root=root, timeout_s=40.0,
+                                      session_dir=slots), service, "consumers")
     zk = connect(hosts, 40.0)
     slot.follow(zk)
     zk.Lock(lock, "holder").acquire(timeout=10)
@@ -48,7 +51,9 @@ def test_a_restarted_process_frees_the_locks_of_its_killed_predecessor(
         assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
         assert len(client.get_children(lock_path)) == 1
         # The holder has its slot; a second live process gets another one and ends nothing.
-        neighbour = claim_slot(hosts, root, service, "consumers", 10, str(tmp_path))
+        settings = ZooKeeperConfig(hosts=hosts, root=root, timeout_s=10,
+                                   session_dir=str(tmp_path))
+        neighbour = claim_slot(settings, service, "consumers")
         assert neighbour is not None and neighbour.path.name.endswith("-1.zk")
         assert len(client.get_children(lock_path)) == 1
         holder.send_signal(signal.SIGKILL)
@@ -56,7 +61,7 @@ def test_a_restarted_process_frees_the_locks_of_its_killed_predecessor(
         # Without the slot the lock would stay for SESSION_TIMEOUT seconds.
         assert len(client.get_children(lock_path)) == 1
         started = time.monotonic()
-        heir = claim_slot(hosts, root, service, "consumers", 10, str(tmp_path))
+        heir = claim_slot(settings, service, "consumers")
         assert heir is not None and heir.path.name.endswith("-0.zk")
         deadline = time.monotonic() + 5
         while client.get_children(lock_path) and time.monotonic() < deadline:

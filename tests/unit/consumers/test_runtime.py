@@ -156,9 +156,9 @@ def _group(**settings: Any) -> GroupConfig:
 def _run(records: list[ThlRecord], until: Callable[[MemoryApplier, MemoryControl], bool],
          stored: Position | None = None, target: MemoryApplier | None = None,
          positions: MemoryPositions | None = None, control: MemoryControl | None = None,
-         group: GroupConfig | None = None,
+         group: GroupConfig | None = None, feed: MemoryFeed | None = None,
          ) -> tuple[MemoryApplier, MemoryControl, MemoryFeed]:
-    feed, control = MemoryFeed(records), control or MemoryControl()
+    feed, control = feed or MemoryFeed(records), control or MemoryControl()
     target = target or MemoryApplier(MemoryTarget())
     target.store.position = stored
     runtime = ConsumerRuntime(
@@ -229,19 +229,7 @@ def _blocks_of_a_trickle(group: GroupConfig) -> list[int]:
     records = [_rec(i, i) for i in range(6)]
     feed = TrickleFeed(records, hold=3)
     threading.Timer(0.3, feed.release.set).start()
-    target = MemoryApplier(MemoryTarget())
-    runtime = ConsumerRuntime(
-        "g", group, FeedSettings({}, "thl.t", "grp", "t", TRACKING), target,
-        MemoryControl(), MemoryPositions(),  # type: ignore[arg-type]
-        feed_factory=lambda _: feed)  # type: ignore[arg-type,return-value]
-    thread = threading.Thread(target=runtime.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not _at(5)(target, MemoryControl()):
-        assert time.monotonic() < deadline, target.store.blocks
-        time.sleep(0.01)
-    runtime.stop()
-    thread.join(10)
+    target, _, _ = _run(records, _at(5), group=group, feed=feed)
     return [len(b) for b in target.store.blocks]
 
 
