@@ -15,6 +15,7 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
+from consumers.warehouse import class_archive
 from consumers.warehouse.config import SparkSettings
 
 if TYPE_CHECKING:
@@ -75,6 +76,8 @@ def acquire(settings: SparkSettings) -> SparkSession:
                 conf["spark.sql.extensions"] = ",".join(
                     e for e in (extensions, DELTA_EXTENSION) if e)
             conf.setdefault("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
+            if not submitted:  # spark-submit started the driver JVM already
+                conf = class_archive.use(conf, settings.class_archive)
             for key, value in conf.items():
                 builder = builder.config(key, value)
             if not submitted and "spark.jars" not in conf and "spark.jars.packages" not in conf:

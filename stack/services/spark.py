@@ -186,8 +186,10 @@ def session(app_name: str, warehouse: Path | None = None) -> SparkSession:
     """
     from pyspark.sql import SparkSession
 
+    from consumers.warehouse import class_archive
+
     builder = SparkSession.builder.appName(app_name).master("local[2]")
-    for key, value in base_conf(warehouse).items():
+    for key, value in class_archive.use(base_conf(warehouse), "auto").items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

@@ -1,17 +1,16 @@
 """Exactly once under crashes: ``trep-run`` applying a warehouse group is killed at the
 named crash points between two tables' MERGEs and between the MERGEs and the position, and
-SIGKILLed at random moments while a writer keeps publishing; after a clean restart every
-Delta table equals the model of the source row by row, ``_seqno`` included.
+SIGKILLed 20 times at random moments while a writer keeps publishing; after a clean restart
+every Delta table equals the model of the source row by row, ``_seqno`` included.
 
-``TREP_WAREHOUSE_KILLS`` sets the number of random kills: default 5, not the issue's 20,
-because each kill costs a Spark start in the new process (about 20 s a cycle on an idle
-2-core machine, 80 s when other suites share it) and the whole project suite must stay
-under 45 minutes. Every kill lands while blocks are being applied (``_until_applying``), so
-5 kills plus the two named crash points cover the same cases; run with
-``TREP_WAREHOUSE_KILLS=20`` for the issue's count."""
+Every kill lands while blocks are being applied (``_until_applying``). Each costs a Spark
+start in the new process; the driver JVM maps the class-data archive
+(``consumers/warehouse/class_archive.py``), which the test makes sure of, so a cycle is
+about 12 s on an idle 2-core machine. ``TREP_WAREHOUSE_KILLS`` changes the count."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -19,11 +18,14 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from consumers.warehouse import class_archive
+from consumers.warehouse.session import DEFAULTS
 from replicator.crashpoints import EXIT_STATUS
 from stack.settings import REPO_ROOT
 from thl_topics.event import RowChange
@@ -33,7 +35,7 @@ from .conftest import CraftedThl, delete, insert, spec, update
 
 TABLES = {"a": [spec(1, "id", "INT", key=True), spec(2, "v", "VARCHAR", length=40)],
           "b": [spec(1, "k", "VARCHAR", length=20, key=True), spec(2, "n", "BIGINT")]}
-KILLS = int(os.environ.get("TREP_WAREHOUSE_KILLS", "5"))
+KILLS = int(os.environ.get("TREP_WAREHOUSE_KILLS", "20"))
 #: The writer stops at this seqno, however long the kills take.
 WRITER_CAP = 30 + 20 + 40 * KILLS
 
@@ -121,6 +123,33 @@ def _until_applying(svc: CraftedThl, proc: subprocess.Popen[bytes], since: float
         time.sleep(0.2)
 
 
+def _ensure_class_archive(svc: CraftedThl, spark_conf: dict[str, str]) -> str:
+    """The archive every driver of this group maps: built now unless it is there (or
+    waited for, when a background build is under way). Its path."""
+    conf = {**DEFAULTS, **spark_conf}
+    path = class_archive.archive_path(conf)
+    assert path is not None, "no java for Spark"
+    spec = svc.config_path.parent / "archive-conf.json"
+    spec.write_text(json.dumps(conf))
+    built = subprocess.run([sys.executable, "-m", class_archive.__name__, str(path),
+                            str(spec)], capture_output=True, text=True, timeout=900,
+                           env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)), cwd=REPO_ROOT)
+    assert built.returncode == 0 and path.exists(), built.stderr[-3000:]
+    return str(path)
+
+
+def _jvm_maps(proc: subprocess.Popen[bytes], archive: str) -> bool:
+    """True when a JVM child of ``proc`` has ``archive`` mapped."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == proc.pid and archive in (stat.parent / "maps").read_text():
+                return True
+        except (OSError, ValueError, IndexError):
+            continue
+    return False
+
+
 def _compare(svc: CraftedThl, model: Model) -> None:
     assert svc.rows("s", "a", ["id", "v", "_seqno"]) == model.expected("a")
     assert svc.rows("s", "b", ["k", "n", "_seqno"]) == model.expected("b")
@@ -144,6 +173,7 @@ def test_crashes_and_kills_under_load_leave_tables_equal_to_the_source(
     data["consumers"]["w"]["block_commit_ms"] = 200
     data["consumers"]["w"]["block_commit_rows"] = 40
     svc.config_path.write_text(yaml.safe_dump(data))
+    archive = _ensure_class_archive(svc, data["consumers"]["w"]["target"]["spark"]["conf"])
     model = Model(svc, seed=11)
     for _ in range(30):
         model.transaction()
@@ -169,10 +199,12 @@ def test_crashes_and_kills_under_load_leave_tables_equal_to_the_source(
     load.start()
     rng = random.Random(5)
     try:
-        for _ in range(KILLS):
+        for kill in range(KILLS):
             since = time.time()
             proc = _spawn(svc)
             _until_applying(svc, proc, since)
+            if kill == 0:
+                assert _jvm_maps(proc, archive), "the driver JVM did not map the archive"
             time.sleep(rng.uniform(0.0, 4.0))
             proc.kill()
             proc.wait(60)
