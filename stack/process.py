@@ -111,13 +111,15 @@ def wait_until(
     raise StackError(service, f"not ready after {timeout:.0f} s", log)
 
 
-def stop_pid(pid_file: Path, timeout: float = 30.0) -> None:
-    """Stop the process group in ``pid_file``: SIGTERM, then SIGKILL after ``timeout``."""
+def stop_pid(pid_file: Path, timeout: float = 30.0,
+             first: signal.Signals = signal.SIGTERM) -> None:
+    """Stop the process group in ``pid_file``: ``first`` (SIGTERM), then SIGKILL after
+    ``timeout``."""
     pid = read_pid(pid_file)
     if pid is None:
         pid_file.unlink(missing_ok=True)
         return
-    _signal_group(pid, signal.SIGTERM)
+    _signal_group(pid, first)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and read_pid(pid_file) is not None:
         time.sleep(0.2)

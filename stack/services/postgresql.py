@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import shutil
+import signal
 from pathlib import Path
 
 import psycopg
@@ -57,6 +58,12 @@ class PostgreSQL(TcpService):
         """A connection as the ``postgres`` superuser."""
         return psycopg.connect(host=HOST, port=self.port, user="postgres", dbname=dbname,
                                connect_timeout=2, autocommit=True)
+
+    def stop(self) -> None:
+        """Fast shutdown (SIGINT): clients are disconnected and the server checkpoints.
+        SIGTERM would be a "smart" shutdown, waiting for every client (a replicator's
+        pooled connection) to leave, 30 s of a stop that looked like a crash."""
+        process.stop_pid(self.pid_file, first=signal.SIGINT)
 
     def ready(self) -> bool:
         try:
