@@ -15,7 +15,8 @@ in Spark's output and loads its classes the usual way. A build that failed leave
 that file is removed.
 
 The archives live in ``$TREP_CACHE_DIR/spark-class-archive`` (default
-``~/.cache/tungsten-kafka``), one per key (about 200 MB each).
+``~/.cache/tungsten-kafka``), one per key (about 180 MB each); a new one's build deletes
+all but the two newest.
 """
 
 from __future__ import annotations
@@ -185,6 +186,7 @@ def _build_locked(conf: Mapping[str, str], path: Path) -> bool:
             raise RuntimeError(f"the JVM wrote no archive at {partial}")
         os.replace(partial, path)
         _failed(path).unlink(missing_ok=True)
+        prune(path.parent)
         log.info("class-data archive written: %s (%d MB)", path, path.stat().st_size >> 20)
         return True
     except Exception as exc:
@@ -192,6 +194,18 @@ def _build_locked(conf: Mapping[str, str], path: Path) -> bool:
         _failed(path).write_text(f"{type(exc).__name__}: {exc}\n")
         partial.unlink(missing_ok=True)
         return False
+
+
+def prune(folder: Path, keep: int = 2) -> list[Path]:
+    """Delete all but the ``keep`` newest archives (an upgrade leaves the old one behind);
+    what was deleted. A JVM that maps a deleted archive keeps it until it exits."""
+    archives = sorted(folder.glob("spark-*.jsa"), key=lambda p: p.stat().st_mtime,
+                      reverse=True)
+    for old in archives[keep:]:
+        old.unlink(missing_ok=True)
+        for suffix in (".lock", ".log", ".failed"):
+            old.with_suffix(suffix).unlink(missing_ok=True)
+    return archives[keep:]
 
 
 def _workload(spark: SparkSession, work: Path) -> None:

@@ -63,3 +63,18 @@ def test_the_key_follows_the_jars(cache: list[Path]) -> None:
     # JVM options other than the classpath do not change which archive fits.
     assert class_archive.archive_path({**CONF, DRIVER_OPTIONS: "-Xmx2g"}) == \
         class_archive.archive_path(CONF)
+
+
+def test_a_new_archive_leaves_only_the_two_newest(tmp_path: Path) -> None:
+    import os
+
+    for age, name in enumerate(("c", "b", "a")):
+        (tmp_path / f"spark-4.0.0-{name}.jsa").write_bytes(b"jsa")
+        (tmp_path / f"spark-4.0.0-{name}.log").write_text("built")
+        os.utime(tmp_path / f"spark-4.0.0-{name}.jsa", (1000 - age, 1000 - age))
+    (tmp_path / "other.jsa").write_bytes(b"not ours")
+    gone = class_archive.prune(tmp_path)
+    assert [p.name for p in gone] == ["spark-4.0.0-a.jsa"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "other.jsa", "spark-4.0.0-b.jsa", "spark-4.0.0-b.log", "spark-4.0.0-c.jsa",
+        "spark-4.0.0-c.log"]
