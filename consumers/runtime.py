@@ -890,6 +890,12 @@ class ConsumerRuntime:
         def tick() -> None:
             self._absorb(channels, feed)
 
+        def waiting() -> None:
+            # The stream waits for channels (a drain, a full queue): a blocked channel may
+            # commit nothing for long, so show the channels as they are (throttled).
+            tick()
+            self._publish(force=False)
+
         while True:
             tick()
             if in_seqno is None:
@@ -901,7 +907,7 @@ class ConsumerRuntime:
                     # to the last seqno passed, so they all stop at one seqno (the channel
                     # count may change now). After a crash, first read on to the highest
                     # channel position: below it some channels are ahead of others.
-                    channels.drain(tick, sync=True)
+                    channels.drain(waiting, sync=True)
                     tick()
                     raise _GoOffline
             rec = feed.poll(0.2)
@@ -930,26 +936,26 @@ class ConsumerRuntime:
                         log.debug("%s: seqno %d is critical (%s): every channel commits, "
                                   "then it applies alone", self.name, event.seqno,
                                   route.critical)
-                    channels.drain(tick)
+                    channels.drain(waiting)
                 in_seqno, next_frag = event.seqno, 0
             else:
                 self._continues_seqno(event, rec, in_seqno, next_frag)
             if channel is not None:
                 channels.put(channel, Fragment(
                     event, rec.offset, rec.size, skip=event.seqno in skips,
-                    alone=alone or event.seqno <= self._careful_until), tick)
+                    alone=alone or event.seqno <= self._careful_until), waiting)
             next_frag += 1
             if not event.last_frag:
                 continue
             in_seqno, expected = None, event.seqno + 1
             channels.pass_seqno(Position.of(event, rec.offset))
             if alone:
-                channels.drain(tick, sync=not channels.positioned)
+                channels.drain(waiting, sync=not channels.positioned)
             elif channel is None:
                 if event.seqno in skips:
                     self._consume_skips([event.seqno])  # nothing to apply there anyway
                 if not channels.positioned:
-                    channels.drain(tick, sync=True)
+                    channels.drain(waiting, sync=True)
 
     def _absorb(self, channels: ChannelSet, feed: ThlFeed, failures: bool = True) -> None:
         """The channels' commits since the last call: metrics and channel mirrors, then the

@@ -214,6 +214,9 @@ def test_zookeeper_down_for_thirty_seconds_under_load_apply_goes_on(
                 zookeeper.start()
             committed = work.stop()
         assert committed > 1000
+        # This test's own ZooKeeper client reconnects with a back-off of its own; its
+        # requests fail fast (ConnectionLoss) until then.
+        _until("the test's ZooKeeper client reconnected", lambda: rep.zk.connected, 60)
         rep.wait_source_applied(timeout=300)
         for group in ("mariadb", "pg"):
             def reported(g: str = group) -> bool:
