@@ -58,7 +58,7 @@ def _java() -> Path | None:
 
 
 def archive_path(conf: Mapping[str, str]) -> Path | None:
-    """The archive for this JVM, Spark and set of jars (None: no ``java`` to be found).
+    """The archive for this JVM, Spark installation and set of jars (None: no ``java``).
 
     The key only spares a useless archive: the JVM checks an archive against itself and its
     classpath anyway and ignores one that does not match.
@@ -69,7 +69,11 @@ def archive_path(conf: Mapping[str, str]) -> Path | None:
     if java is None:
         return None
     stat = java.stat()
+    # The archive records the JVM's classpath: Spark's jars folder of this installation
+    # (another virtualenv's copy of the same pyspark is another classpath).
+    spark_home = os.environ.get("SPARK_HOME") or str(Path(pyspark.__file__).parent)
     parts = [str(java), str(stat.st_size), str(int(stat.st_mtime)), pyspark.__version__,
+             str(Path(spark_home).resolve()),
              conf.get("spark.jars", ""), conf.get("spark.jars.packages", ""),
              conf.get("spark.driver.extraClassPath", "")]
     key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]

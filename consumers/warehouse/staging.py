@@ -267,6 +267,14 @@ def _files(root: Path) -> Iterator[Path]:
         yield from (p for p in root.rglob("*") if p.is_file())
 
 
+def exists(spark: SparkSession, uri: str) -> bool:
+    """True when ``uri`` (a file or folder, any Hadoop scheme) is there."""
+    if uri.startswith("file://"):
+        return Path(urlparse(uri).path).exists()
+    fs, hpath = _hadoop(spark, uri)
+    return bool(fs.exists(hpath))
+
+
 def _hadoop(spark: SparkSession, target: str) -> tuple[Any, Any]:
     jvm = spark.sparkContext._jvm
     conf = spark.sparkContext._jsc.hadoopConfiguration()

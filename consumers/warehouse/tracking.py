@@ -25,7 +25,7 @@ from consumers.heartbeat import Heartbeat
 from consumers.position import Position
 from consumers.warehouse import checks
 from consumers.warehouse.merge import TXN_APP_ID, TXN_VERSION, USER_METADATA
-from consumers.warehouse.staging import Segment
+from consumers.warehouse.staging import Segment, exists
 from consumers.warehouse.types import quote_name
 
 if TYPE_CHECKING:
@@ -64,12 +64,16 @@ class DeltaTracking:
         return "delta." + quote_name(self.uri(table))
 
     def create(self) -> None:
-        """Create the tracking tables if missing."""
+        """Create the tracking tables if missing.
+
+        A table whose ``_delta_log`` folder is there is not touched: CREATE TABLE IF NOT
+        EXISTS would load its snapshot, a Spark job per table on every restart."""
         for table, cols in (("trep_commit_seqno", COMMIT_SEQNO), ("heartbeat", HEARTBEAT),
                             ("trep_staged_files", STAGED_FILES),
                             ("consistency", checks.CONSISTENCY)):
-            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {self.ref(table)} ({cols}) "
-                           "USING delta")
+            if not exists(self.spark, f"{self.uri(table)}/_delta_log"):
+                self.spark.sql(f"CREATE TABLE IF NOT EXISTS {self.ref(table)} ({cols}) "
+                               "USING delta")
 
     def read(self, task_id: int = 0) -> Stored:
         rows = self.spark.sql(f"SELECT * FROM {self.ref('trep_commit_seqno')} "

@@ -57,9 +57,13 @@ def test_off_and_explicit_archive_options_are_left_alone(cache: list[Path]) -> N
     assert cache == []
 
 
-def test_the_key_follows_the_jars(cache: list[Path]) -> None:
+def test_the_key_follows_the_jars_and_the_spark_installation(
+        cache: list[Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     other = class_archive.archive_path({**CONF, "spark.jars": "/x/delta-4.1.jar"})
     assert other is not None and other != class_archive.archive_path(CONF)
+    before = class_archive.archive_path(CONF)
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path / "another-venv" / "pyspark"))
+    assert class_archive.archive_path(CONF) not in (before, None)
     # JVM options other than the classpath do not change which archive fits.
     assert class_archive.archive_path({**CONF, DRIVER_OPTIONS: "-Xmx2g"}) == \
         class_archive.archive_path(CONF)
