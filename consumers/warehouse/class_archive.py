@@ -22,7 +22,6 @@ all but the two newest.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import fcntl
 import hashlib
 import json
@@ -32,7 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -90,8 +89,8 @@ def use(conf: Mapping[str, str], setting: str) -> dict[str, str]:
     """``conf`` for a driver JVM about to start: mapping the archive where there is one;
     where there is none and ``setting`` is ``auto``, one is built in the background for the
     next start. ``off`` (or an archive option already in ``conf``) changes nothing."""
-    if setting == "off" or "SharedArchiveFile" in conf.get(DRIVER_OPTIONS, "") \
-            or "ArchiveClassesAtExit" in conf.get(DRIVER_OPTIONS, ""):
+    options = conf.get(DRIVER_OPTIONS, "")
+    if setting == "off" or "SharedArchiveFile" in options or "ArchiveClassesAtExit" in options:
         return dict(conf)
     path = archive_path(conf)
     if path is None:
@@ -111,28 +110,21 @@ def _lock(path: Path) -> Path:
     return path.with_suffix(".lock")
 
 
-@contextlib.contextmanager
-def _exclusive(path: Path) -> Iterator[bool]:
-    """True inside when this process holds the archive's build lock (nobody else builds)."""
+def _being_built(path: Path) -> bool:
+    """True while another process holds the archive's build lock."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _lock(path).open("a") as handle:
+    with _lock(path).open("a") as handle:  # closing it releases a lock taken here
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            return True
+        return False
 
 
 def _build_in_background(conf: Mapping[str, str], path: Path) -> None:
     """Start :func:`main` in its own session: it outlives this process if need be."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _exclusive(path) as free:
-        if not free:
-            return  # another process is building it right now
+    if _being_built(path):
+        return
     with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".conf.json",
                                      delete=False) as spec:
         json.dump(dict(conf), spec)
@@ -149,20 +141,13 @@ def build(conf: Mapping[str, str], path: Path) -> bool:
     """Write the archive for ``conf`` at ``path`` (a JVM run with a small Delta workload);
     True when it is there afterwards. Waits while another process builds it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _lock(path).open("a") as handle:
+    with _lock(path).open("a") as handle:  # closing it releases the lock
         fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            if path.exists():
-                return True
-            return _build_locked(conf, path)
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        return path.exists() or _build_locked(conf, path)
 
 
 def _build_locked(conf: Mapping[str, str], path: Path) -> bool:
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    from pyspark import SparkContext
-
     from consumers.warehouse import session as spark_sessions
     from consumers.warehouse.config import SparkSettings
 
@@ -172,20 +157,10 @@ def _build_locked(conf: Mapping[str, str], path: Path) -> bool:
                                                    "-Xlog:cds=off -Xlog:cds+dynamic=off"))
     try:
         spark = spark_sessions.acquire(settings)
-        gateway = SparkContext._gateway
         with tempfile.TemporaryDirectory(prefix="class-archive-") as work:
             _workload(spark, Path(work))
             spark_sessions.release(spark)
-        # The JVM writes the archive as it exits, which it does when its stdin closes.
-        proc: subprocess.Popen[bytes] | None = getattr(gateway, "proc", None)
-        if gateway is not None:
-            gateway.shutdown()
-        SparkContext._gateway = None
-        SparkContext._jvm = None
-        if proc is not None:
-            if proc.stdin is not None:
-                proc.stdin.close()
-            proc.wait(600)
+        spark_sessions.end_jvm(600)  # the JVM writes the archive as it exits
         if not partial.exists() or partial.stat().st_size == 0:
             raise RuntimeError(f"the JVM wrote no archive at {partial}")
         os.replace(partial, path)

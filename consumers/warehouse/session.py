@@ -129,6 +129,35 @@ def release(spark: SparkSession) -> None:
         log.debug("stopping Spark: %s", exc)
 
 
+def end_jvm(timeout: float = 30.0) -> None:
+    """End this process's Spark JVM (pyspark's gateway) and wait until it exits.
+
+    ``spark.stop()`` alone keeps the gateway JVM (about 300 MB) alive until Python exits; the
+    JVM quits when its stdin pipe closes, and only then writes what it writes at exit (a
+    class-data archive). A later session starts a new JVM.
+    """
+    import subprocess
+
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    proc: subprocess.Popen[bytes] | None = getattr(gateway, "proc", None)
+    gateway.shutdown()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    if proc is None:
+        return
+    if proc.stdin is not None:
+        proc.stdin.close()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def alive(spark: SparkSession) -> bool:
     """True while the session's JVM and SparkContext answer."""
     try:

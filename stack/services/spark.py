@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -204,20 +203,9 @@ def stop_session(spark: SparkSession, timeout: float = 30.0) -> None:
     """
     from pyspark import SparkContext
 
-    gateway = SparkContext._gateway
-    if gateway is None:  # already stopped: the session cannot reach a JVM any more
+    from consumers.warehouse.session import end_jvm
+
+    if SparkContext._gateway is None:  # already stopped: the session cannot reach a JVM
         return
     spark.stop()
-    proc: subprocess.Popen[bytes] | None = getattr(gateway, "proc", None)
-    gateway.shutdown()
-    SparkContext._gateway = None
-    SparkContext._jvm = None
-    if proc is None:
-        return
-    if proc.stdin is not None:
-        proc.stdin.close()
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    end_jvm(timeout)
