@@ -20,6 +20,10 @@ UPDATE, 5% DELETE):
 3. **Latency**: the extractor and the MariaDB consumer group run live while the workload is
    written at half of the measured maximum throughput, with a heartbeat row every
    ``--heartbeat-ms``; the target records each heartbeat's lag; p50/p99 are reported.
+   Two maxima are used: the slower of extraction and apply, each measured alone (steps 1
+   and 2), and the live pipeline's own (``--pipeline-txns`` transactions written unpaced
+   while everything runs at once on the same cores, timed until a heartbeat written after
+   them is applied).
 
 Printed and written to ``bench/results/compare-<time>.json``: the machine's description
 (CPU, memory, load before and after), every run, medians and the ratios. CPU on this shared
@@ -631,62 +635,105 @@ def run_apply(cfg: ServiceConfig, path: Path, group: str, work: Workload, tail: 
 
 # ----------------------------------------------------------------------------- latency
 
+class Live:
+    """The extractor and the MariaDB consumer group running live on a fresh schema."""
+
+    def __init__(self, prefix: str, timeout: float) -> None:
+        self.name = f"{prefix}{uuid.uuid4().hex[:6]}"
+        self.schema = f"lat_{self.name}"
+        path = service_config(self.name, self.schema, {"consumers": {
+            "mariadb": apply_groups(self.schema)["consumers"]["mariadb"]}})
+        self.cfg = load_config(path)
+        self.src = settings.port("mariadb-source")
+        seed_start(self.cfg, master_status(self.src))
+        query(self.src, f"CREATE DATABASE {self.schema}")
+        query(self.src, TABLE_DDL.format(schema=self.schema))
+        self.target = sa.create_engine(
+            f"mysql+pymysql://root@{HOST}:{settings.port('mariadb-target')}/",
+            isolation_level="AUTOCOMMIT")
+        self.deadline = time.monotonic() + timeout
+        self.proc = spawn([sys.executable, "-m", "trep.runner", "-c", str(path)],
+                          RUN / f"{self.name}.log")
+        self.writer = Writer(self.schema, rng=random.Random(9))
+        self.beats = 0
+
+    def wait_up(self) -> None:
+        """Until the DDL is through: the pipeline is up."""
+        while applied(self.target, self.cfg) < 1:
+            if self.proc.poll() is not None or time.monotonic() > self.deadline:
+                raise SystemExit(f"the live pipeline did not start; see {RUN / self.name}.log")
+            time.sleep(0.1)
+
+    def heartbeat(self, cur: pymysql.cursors.Cursor) -> None:
+        """A heartbeat row on the source: the target records its lag when it applies it."""
+        self.beats += 1
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+        cur.execute(f"INSERT INTO {self.cfg.tracking_schema}.heartbeat (id, seqno, "
+                    f"source_tstamp, salt, name) VALUES ({self.beats}, 0, '{now}', "
+                    f"{self.beats}, 'bench')")
+
+    def lags(self) -> list[int]:
+        """Every heartbeat's lag on the target (ms), once all of them arrived, sorted."""
+        lags: list[int] = []
+        while time.monotonic() < self.deadline:
+            with self.target.connect() as conn:
+                lags = [int(r[0]) for r in conn.execute(sa.text(
+                    f"SELECT lag_millis FROM {self.cfg.tracking_schema}.heartbeat "
+                    "WHERE lag_millis IS NOT NULL"))]
+            if len(lags) >= self.beats:
+                break
+            time.sleep(0.05)
+        if not lags:
+            raise SystemExit("no heartbeat reached the target")
+        return sorted(lags)
+
+    def close(self) -> None:
+        stop(self.proc)
+        self.target.dispose()
+
+
 def run_latency(rate_rows: float, seconds: float, heartbeat_ms: int,
                 timeout: float) -> dict[str, Any]:
     """Live extractor + MariaDB group under a paced workload; heartbeat lags on the target."""
-    name = f"bcl{uuid.uuid4().hex[:6]}"
-    schema = f"lat_{name}"
-    path = service_config(name, schema, {"consumers": {"mariadb": apply_groups(schema)[
-        "consumers"]["mariadb"]}})
-    cfg = load_config(path)
-    src = settings.port("mariadb-source")
-    seed_start(cfg, master_status(src))
-    query(src, f"CREATE DATABASE {schema}")
-    query(src, TABLE_DDL.format(schema=schema))
-    target = sa.create_engine(f"mysql+pymysql://root@{HOST}:{settings.port('mariadb-target')}/",
-                              isolation_level="AUTOCOMMIT")
-    proc = spawn([sys.executable, "-m", "trep.runner", "-c", str(path)], RUN / f"{name}.log")
-    writer = Writer(schema, rng=random.Random(9))
-    beats = [0]
-
-    def heartbeat(cur: pymysql.cursors.Cursor) -> None:
-        beats[0] += 1
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-        cur.execute(f"INSERT INTO {cfg.tracking_schema}.heartbeat (id, seqno, source_tstamp, "
-                    f"salt, name) VALUES ({beats[0]}, 0, '{now}', {beats[0]}, 'bench')")
-
+    live = Live("bcl", timeout)
     try:
-        deadline = time.monotonic() + timeout
-        while applied(target, cfg) < 1:  # the DDL is through: the pipeline is up
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the live pipeline did not start; see {RUN / name}.log")
-            time.sleep(0.1)
+        live.wait_up()
         tps = rate_rows / 10
         txns = int(tps * seconds)
-        took = run_writer(src, writer, txns, rate_tps=tps, between=heartbeat,
+        took = run_writer(live.src, live.writer, txns, rate_tps=tps, between=live.heartbeat,
                           every_s=heartbeat_ms / 1000)
-        want = beats[0]
-        lags: list[int] = []
-        while time.monotonic() < deadline:
-            with target.connect() as conn:
-                lags = [int(r[0]) for r in conn.execute(sa.text(
-                    f"SELECT lag_millis FROM {cfg.tracking_schema}.heartbeat "
-                    "WHERE lag_millis IS NOT NULL"))]
-            if len(lags) >= want:
-                break
-            time.sleep(0.2)
+        lags = live.lags()
     finally:
-        stop(proc)
-        target.dispose()
-    if not lags:
-        raise SystemExit("no heartbeat reached the target")
-    lags.sort()
+        live.close()
     return {"target_rows_per_second": round(rate_rows),
             "written_rows_per_second": round(txns * 10 / took),
             "seconds": round(took, 1), "heartbeats": len(lags),
             "lag_ms_p50": lags[len(lags) // 2],
             "lag_ms_p99": lags[min(len(lags) - 1, int(len(lags) * 0.99))],
             "lag_ms_max": lags[-1]}
+
+
+def run_pipeline_max(txns: int, timeout: float) -> dict[str, Any]:
+    """The live pipeline's own maximum: extractor and MariaDB group running together (with
+    the source and target servers, Kafka and ZooKeeper on the same cores) while ``txns``
+    transactions are written unpaced; rows/s from the first write until a heartbeat written
+    after the last transaction is applied."""
+    live = Live("bcm", timeout)
+    try:
+        live.wait_up()
+        started = time.monotonic()
+        wrote = run_writer(live.src, live.writer, txns)
+        conn = mysql(live.src)
+        with conn.cursor() as cur:
+            live.heartbeat(cur)
+        conn.close()
+        live.lags()
+        took = time.monotonic() - started
+    finally:
+        live.close()
+    return {"transactions": txns, "row_changes": txns * 10,
+            "written_seconds": round(wrote, 1), "applied_seconds": round(took, 1),
+            "rows_per_second": round(txns * 10 / took)}
 
 
 def latency_sweep(ceiling: float, fractions: list[float], args: argparse.Namespace
@@ -702,6 +749,20 @@ def latency_sweep(ceiling: float, fractions: list[float], args: argparse.Namespa
         print(f"  latency at {fraction:.0%} of {round(ceiling)} rows/s: p50 "
               f"{res['lag_ms_p50']} ms, p99 {res['lag_ms_p99']} ms", flush=True)
     return sweep
+
+
+def pipeline_latency(fractions: list[float], args: argparse.Namespace
+                     ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """The live pipeline's own maximum, and the latency sweep at fractions of it.
+
+    The main sweep's ceiling is the slower of extraction and apply, each measured alone on
+    the machine; live, both run at once on the same 2 cores beside the servers, so the
+    pipeline's own maximum is lower and "half of the maximum" means something else."""
+    if args.pipeline_txns <= 0:
+        return None, []
+    pipeline = run_pipeline_max(args.pipeline_txns, args.timeout)
+    print(f"  live pipeline maximum: {pipeline['rows_per_second']} rows/s", flush=True)
+    return pipeline, latency_sweep(pipeline["rows_per_second"], fractions, args)
 
 
 # ----------------------------------------------------------------------------- main
@@ -721,6 +782,9 @@ def main() -> int:
     parser.add_argument("--latency-only", type=float, default=None, metavar="ROWS_PER_S",
                         help="skip extraction and apply: only the latency sweep, with this "
                              "maximum (rows/s) from an earlier run")
+    parser.add_argument("--pipeline-txns", type=int, default=6_000,
+                        help="transactions written unpaced to measure the live pipeline's "
+                             "own maximum (0: skip it)")
     parser.add_argument("--heartbeat-ms", type=int, default=100)
     parser.add_argument("--timeout", type=float, default=900.0, help="per run, seconds")
     parser.add_argument("--out", type=Path, default=None)
@@ -731,7 +795,10 @@ def main() -> int:
     before = machine()
     if args.latency_only is not None:
         sweep = latency_sweep(args.latency_only, fractions, args)
-        print(json.dumps({"latency_sweep": sweep, "machine": before}, indent=2))
+        pipeline, pipeline_sweep = pipeline_latency(fractions, args)
+        print(json.dumps({"latency_sweep": sweep, "pipeline_max": pipeline,
+                          "pipeline_latency_sweep": pipeline_sweep, "machine": before},
+                         indent=2))
         return 0
     jars = None if args.skip_debezium else debezium_jars()
     replica = None
@@ -825,6 +892,7 @@ def main() -> int:
                   my.get("steady_rows_per_second") or my["rows_per_second"])
     sweep = latency_sweep(ceiling, fractions, args)
     latency = sweep[0] if sweep else None
+    pipeline, pipeline_sweep = pipeline_latency(fractions[:1], args)
     if replica is not None:
         replica.stop()
     result = {
@@ -837,12 +905,14 @@ def main() -> int:
                      "statements_per_transaction": 10},
         "runs": args.runs, "extraction": extraction, "apply": apply, "medians": summary,
         "ratios": ratios, "latency": latency, "latency_sweep": sweep,
+        "pipeline_max": pipeline, "pipeline_latency_sweep": pipeline_sweep,
     }
     out = args.out or ROOT / "bench" / "results" / \
         f"compare-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({"medians": summary, "ratios": ratios, "latency_sweep": sweep,
+                      "pipeline_max": pipeline, "pipeline_latency_sweep": pipeline_sweep,
                       "machine": before}, indent=2))
     print(f"written to {out}")
     shutil.rmtree(RUN / "tmp", ignore_errors=True)
