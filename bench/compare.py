@@ -723,10 +723,8 @@ def run_pipeline_max(txns: int, timeout: float) -> dict[str, Any]:
         live.wait_up()
         started = time.monotonic()
         wrote = run_writer(live.src, live.writer, txns)
-        conn = mysql(live.src)
-        with conn.cursor() as cur:
+        with mysql(live.src) as conn, conn.cursor() as cur:
             live.heartbeat(cur)
-        conn.close()
         live.lags()
         took = time.monotonic() - started
     finally:
@@ -780,8 +778,9 @@ def main() -> int:
                         help="latency runs at these fractions of the measured maximum "
                              "(the first is the goal's: half of the maximum)")
     parser.add_argument("--latency-only", type=float, default=None, metavar="ROWS_PER_S",
-                        help="skip extraction and apply: only the latency sweep, with this "
-                             "maximum (rows/s) from an earlier run")
+                        help="skip extraction and apply: only the latency sweeps, with this "
+                             "maximum (rows/s) from an earlier run and the live pipeline's "
+                             "own, measured again")
     parser.add_argument("--pipeline-txns", type=int, default=6_000,
                         help="transactions written unpaced to measure the live pipeline's "
                              "own maximum (0: skip it)")

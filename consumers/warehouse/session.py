@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import threading
 from typing import TYPE_CHECKING
 
@@ -136,8 +137,6 @@ def end_jvm(timeout: float = 30.0) -> None:
     JVM quits when its stdin pipe closes, and only then writes what it writes at exit (a
     class-data archive). A later session starts a new JVM.
     """
-    import subprocess
-
     from pyspark import SparkContext
 
     gateway = SparkContext._gateway

@@ -269,8 +269,9 @@ def _files(root: Path) -> Iterator[Path]:
 
 def exists(spark: SparkSession, uri: str) -> bool:
     """True when ``uri`` (a file or folder, any Hadoop scheme) is there."""
-    if uri.startswith("file://"):
-        return Path(urlparse(uri).path).exists()
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":  # as StagingArea decides local
+        return Path(parsed.path).exists()
     fs, hpath = _hadoop(spark, uri)
     return bool(fs.exists(hpath))
 
