@@ -72,11 +72,25 @@ def archive_path(conf: Mapping[str, str]) -> Path | None:
     # (another virtualenv's copy of the same pyspark is another classpath).
     spark_home = os.environ.get("SPARK_HOME") or str(Path(pyspark.__file__).parent)
     parts = [str(java), str(stat.st_size), str(int(stat.st_mtime)), pyspark.__version__,
-             str(Path(spark_home).resolve()),
+             str(Path(spark_home).resolve()), *_jar_stamps(Path(spark_home) / "jars"),
              conf.get("spark.jars", ""), conf.get("spark.jars.packages", ""),
              conf.get("spark.driver.extraClassPath", "")]
     key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
     return archive_dir() / f"spark-{pyspark.__version__}-{key}.jsa"
+
+
+def _jar_stamps(jars: Path) -> list[str]:
+    """Name, size and mtime of each jar: what the JVM checks an archive's classpath by.
+
+    A virtualenv made again at the same path (a CI clone) has the same folder but new jar
+    files, and the JVM ignores an archive built from the old ones."""
+    if not jars.is_dir():
+        return []
+    stamps = []
+    for jar in sorted(jars.glob("*.jar")):
+        st = jar.stat()
+        stamps.append(f"{jar.name}:{st.st_size}:{st.st_mtime_ns}")
+    return stamps
 
 
 def with_option(conf: Mapping[str, str], option: str) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -62,8 +63,18 @@ def test_the_key_follows_the_jars_and_the_spark_installation(
     other = class_archive.archive_path({**CONF, "spark.jars": "/x/delta-4.1.jar"})
     assert other is not None and other != class_archive.archive_path(CONF)
     before = class_archive.archive_path(CONF)
-    monkeypatch.setenv("SPARK_HOME", str(tmp_path / "another-venv" / "pyspark"))
-    assert class_archive.archive_path(CONF) not in (before, None)
+    home = tmp_path / "another-venv" / "pyspark"
+    monkeypatch.setenv("SPARK_HOME", str(home))
+    elsewhere = class_archive.archive_path(CONF)
+    assert elsewhere not in (before, None)
+    # The same folder with its jars written again (a virtualenv made again in place).
+    (home / "jars").mkdir(parents=True)
+    jar = home / "jars" / "spark-core.jar"
+    jar.write_bytes(b"x")
+    first = class_archive.archive_path(CONF)
+    assert first != elsewhere
+    os.utime(jar, ns=(1_000_000_000, 1_000_000_000))
+    assert class_archive.archive_path(CONF) != first
     # JVM options other than the classpath do not change which archive fits.
     assert class_archive.archive_path({**CONF, DRIVER_OPTIONS: "-Xmx2g"}) == \
         class_archive.archive_path(CONF)
