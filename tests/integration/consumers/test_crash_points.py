@@ -55,15 +55,17 @@ POINTS = {
 }
 
 
-def _spawn(rep: Replication, crash: str | None = None) -> subprocess.Popen[bytes]:
+def _spawn(rep: Replication, crash: str | None = None, *args: str
+           ) -> subprocess.Popen[bytes]:
+    """``trep-run`` in its own process, armed to die at the crash point ``crash``."""
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     env.pop("TREP_CRASH_AT", None)
     if crash:
         env["TREP_CRASH_AT"] = crash
     with rep.log_path.open("ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "trep.runner", "-c",
-                                 str(rep.config_path)], stdout=log, stderr=log, env=env,
-                                cwd=REPO_ROOT)
+                                 str(rep.config_path), *args], stdout=log, stderr=log,
+                                env=env, cwd=REPO_ROOT)
     rep.procs.append(proc)
     return proc
 

@@ -25,6 +25,7 @@ from consumers.registry import ApplierContext
 from consumers.sql.applier import SqlApplier
 from consumers.sql.config import SqlTarget
 from replicator.config import ServiceSettings
+from replicator.crashpoints import EXIT_STATUS
 from replicator.tracking import CommitSeqnoTable
 from thl_topics.event import RowChange, Statement
 from thl_topics.reader import ThlReader
@@ -33,8 +34,10 @@ from trep.config import load_config
 from ..processes import kill_leftovers
 from .conftest import Replication
 from .tables import ACCOUNTS_MYSQL, ACCOUNTS_NAMES, NOPK_MYSQL, NOPK_NAMES, compare
+from .test_crash_points import _spawn
 from .test_failures import _lock_holder
 from .test_outages import _until
+from .test_restart_points import BIG_MYSQL, GEN_NAMES, GENERATED_MYSQL, GENERATED_PG
 from .workload import MixedWorkload
 
 GROUPS = ("mariadb", "pg")
@@ -282,6 +285,92 @@ def test_four_schemas_three_channels_killed_twenty_times_apply_everything_once(
                             "trep_shard_channel"))
     assert set(sh.schemas) <= set(assigned)
     assert all(assigned[s] == zlib.crc32(s.encode()) % 3 for s in assigned)
+
+
+#: Crash points of the channel threads and the stream thread, each with the pass that kills.
+CHANNEL_POINTS = ("apply-between-fragments:1", "apply-after-ddl:1", "apply-before-position:3",
+                  "apply-committed:3", "apply-handshake:2")
+
+
+def _awkward_round(sh: Sharded, n: int) -> None:
+    """Round ``n`` of the awkward seqnos over the four schemas: a DDL, a transaction cut
+    into fragments in one schema and another over two schemas (critical), changes of a
+    table without a key and of one with generated columns, then a delete."""
+    rep, (s0, s1, s2, s3) = sh.rep, sh.schemas
+    base = 10_000 * (n + 1)
+    rep.src(f"ALTER TABLE {s2}.big ADD COLUMN c{n} INT NULL")
+    rep.src(f"INSERT INTO {s0}.big (id, pad) VALUES (%s, %s)",
+            params=[(base + i, f"one {i} é") for i in range(1_500)], many=True)
+    conn = pymysql.connect(host="127.0.0.1", port=rep.source.port, user="root", password="",
+                           charset="utf8mb4", autocommit=False)
+    try:
+        with conn.cursor() as cur:
+            for s in (s2, s3):
+                cur.executemany(f"INSERT INTO {s}.big (id, pad) VALUES (%s, %s)",
+                                [(base + i, f"two {i} ü") for i in range(600)])
+        conn.commit()
+    finally:
+        conn.close()
+    rep.src(f"INSERT INTO {s3}.nopk VALUES ({base}, 'dup', 1.5), ({base}, 'dup', 1.5)",
+            f"UPDATE {s3}.nopk SET c = 9.5 WHERE a = {base} LIMIT 1")
+    rep.src(f"INSERT INTO {s1}.gen (id, a, txt) VALUES ({base}, {n}, 'x'), "
+            f"({base + 1}, NULL, 'y')", f"UPDATE {s1}.gen SET a = a + 10 WHERE id = {base}")
+    rep.src(f"DELETE FROM {s0}.big WHERE id < {base + 20}")
+
+
+def test_crashes_at_each_point_with_awkward_seqnos_on_three_channels_apply_once(
+        sharded: Callable[..., Sharded]) -> None:
+    """The crash-point test's lesson with three channels over four schemas: the consumers'
+    process dies at each named point while a DDL, fragmented transactions (one of them over
+    two schemas), keyless and generated-column changes go through; every restart goes on
+    from the lowest channel, each channel skipping what it had applied. Both targets end
+    equal to the source and every seqno is applied once."""
+    sh = sharded(3)
+    rep, (s0, s1, s2, s3) = sh.rep, sh.schemas
+    sh.data["extractor"]["fragment_rows"] = 500  # 1,500 and 1,200 rows: 3 fragments each
+    sh.write()
+    rep.start(consumers=[])  # the extractor here, the consumers in the process that dies
+    sh.create()
+    for s in (s0, s2, s3):
+        rep.src(BIG_MYSQL.format(s=s))  # PostgreSQL makes them from the row images
+    rep.src(GENERATED_MYSQL.format(s=s1))
+    rep.pgsql(f'CREATE SCHEMA IF NOT EXISTS "{s1}"', GENERATED_PG.format(s=s1))
+    work = ShardedWorkload(rep.source.port, sh.schemas, seed=29)
+    work.run(40)
+    for n, point in enumerate(CHANNEL_POINTS):
+        armed = _spawn(rep, point, "--no-extractor")
+        _awkward_round(sh, n)
+        work.run(30)
+        try:
+            status = armed.wait(120)
+        except subprocess.TimeoutExpired:
+            armed.kill()
+            raise AssertionError(f"crash point {point} was never reached") from None
+        log = rep.log_path.read_text()
+        name = point.partition(":")[0]
+        assert status == EXIT_STATUS and f"crash point {name} reached" in log, log[-3000:]
+    proc = rep.spawn("--no-extractor")
+    try:
+        rep.wait_source_applied(timeout=300)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, rep.log_path.read_text()[-3000:]
+    sh.assert_equal()
+    for s in (s0, s2, s3):
+        assert compare(sh.view(s), "big", ["id", "pad"], "id") > 1_000
+    assert compare(sh.view(s1), "gen", GEN_NAMES, "id") == 2 * len(CHANNEL_POINTS)
+    rows, items = _seqnos_with_data(rep)
+    audit = f"{rep.cfg.tracking_schema}.trep_apply_audit"
+    _applied_once([tuple(r) for r in rep.tgt(f"SELECT seqno, COUNT(*) FROM {audit} "
+                                             "GROUP BY seqno")], items, "mariadb")
+    _applied_once([tuple(r) for r in rep.pgsql(
+        'SELECT seqno, COUNT(*) FROM "{}"."{}" GROUP BY seqno'.format(*audit.split(".")))],
+        rows, "postgresql")
+    assert rep.tgt(f"SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = "
+                   f"'{s2}' AND table_name = 'big'") == [(2 + len(CHANNEL_POINTS),)]
+    for target, found in sh.positions().items():
+        assert [t for t, _ in found] == [0, 1, 2], (target, found)
+        assert len({s for _, s in found}) == 1, (target, found)
 
 
 def _pin(rep: Replication, pins: dict[str, int]) -> None:
