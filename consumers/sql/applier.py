@@ -49,8 +49,16 @@ from consumers.sql.errors import (
     classify,
     mysql_code,
 )
+from consumers.sql.render import Template, mysql_literal, postgresql_literal
 from consumers.sql.statements import RowStatements, TargetTable, bind_rows, statement_for
-from consumers.sql.types import UnmappedType, ValueRefused, adapt, adapt_row, policy_for
+from consumers.sql.types import (
+    RowAdapter,
+    UnmappedType,
+    ValueRefused,
+    adapt,
+    policy_for,
+    row_adapter,
+)
 from replicator import crashpoints
 from replicator.sql_names import is_database_statement, is_transactional
 from replicator.tracking import (
@@ -122,6 +130,17 @@ class _Batch:
                 _names(self.keys))
 
 
+@dataclass(frozen=True)
+class _Rendering:
+    """How the rows of one batch layout become SQL text (queued path)."""
+
+    #: One row's text: its whole statement, or (INSERT) its tuple of VALUES.
+    row: Template
+    #: An INSERT's text before and after its rows' tuples (one statement of many rows, as
+    #: executemany sends it); None: one statement per row.
+    around: tuple[str, str] | None
+
+
 def _names(specs: list[ColumnSpec]) -> tuple[tuple[str, bool], ...]:
     return tuple((c.name, c.primary_key) for c in specs)
 
@@ -179,8 +198,9 @@ class SqlApplier:
         self._multi = (self.dialect, self.url.get_driver_name()) in _MULTI_DRIVERS
         self._queued: list[_Queued] = []
         self._queued_bytes = 0
-        #: SQL text of each compiled layout, and whether its parameters are positional.
-        self._texts: dict[tuple[object, ...], tuple[str, tuple[str, ...] | None]] = {}
+        #: Each compiled layout's text, cut at its parameters (see ``_rendering``).
+        self._texts: dict[tuple[object, ...], _Rendering] = {}
+        self._adapters: dict[tuple[object, ...], RowAdapter] = {}
         self._session_defaults: dict[str, Any] = {}
         #: SQL text of the tracking statements sent with the rows (queued path).
         self._tracking_texts: dict[str, str] = {}
@@ -492,9 +512,11 @@ class SqlApplier:
         self._ddl_in_block = False
 
     def _forget_statements(self) -> None:
-        """Compiled statements and their texts go with the tables they were made for."""
+        """Compiled statements, their texts and the value adapters go with the tables they
+        were made for."""
         self._stmts.clear()
         self._texts.clear()
+        self._adapters.clear()
 
     def _count_changes(self, seqno: int) -> None:
         """Committed: count what the value policy changed, warn (at most once a minute per
@@ -700,12 +722,10 @@ class SqlApplier:
             raise DataError(f"{target.qualified} on {self.target} has no column(s) "
                             f"{', '.join(missing)} (seqno {event.seqno})", seqno=event.seqno)
         try:
-            after = [adapt_row(r, change.column_specs,
-                               [target.types[c.name] for c in change.column_specs],
-                               self.dialect, self.policy) for r in change.column_values]
-            before = [adapt_row(r, change.key_specs,
-                                [target.types[c.name] for c in change.key_specs],
-                                self.dialect, self.policy) for r in change.key_values]
+            adapted = self._adapter(target, change.column_specs)
+            after = [adapted(r) for r in change.column_values]
+            adapted = self._adapter(target, change.key_specs)
+            before = [adapted(r) for r in change.key_values]
         except ValueRefused as exc:
             raise DataError(f"{self.target}: {target.qualified}, column {exc.column}, seqno "
                             f"{event.seqno}: {exc}", seqno=event.seqno) from exc
@@ -733,6 +753,16 @@ class SqlApplier:
             self._batch = batch
         if len(self._batch.params) >= self.cfg.batch_rows:
             self._close_batch()
+
+    def _adapter(self, target: TargetTable, specs: Sequence[ColumnSpec]
+                 ) -> RowAdapter:
+        """The value adapter of one table and column layout (made once per layout)."""
+        key = (target.qualified, id(target), tuple((c.name, c.type, c.length) for c in specs))
+        found = self._adapters.get(key)
+        if found is None:
+            found = self._adapters[key] = row_adapter(
+                specs, [target.types[c.name] for c in specs], self.dialect, self.policy)
+        return found
 
     def _idempotent(self, target: TargetTable, change: RowChange, after: list[list[object]],
                     before: list[list[object]]) -> None:
@@ -787,48 +817,51 @@ class SqlApplier:
                 f"{result.rowcount} of {len(batch.params)} row(s): the target has diverged "
                 "from the source")
 
-    def _text(self, batch: _Batch) -> tuple[str, tuple[str, ...] | None]:
-        """The driver's SQL text of a batch's statement (compiled once per layout)."""
+    def _rendering(self, batch: _Batch) -> _Rendering:
+        """How a batch layout's rows become text (compiled once per layout)."""
         layout = batch.layout()
         found = self._texts.get(layout)
         if found is None:
             stmt = statement_for(self.builder, batch.target, batch.action, batch.columns,
                                  batch.keys)
             compiled = stmt.compile(dialect=self._db.dialect)
-            found = (compiled.string, tuple(compiled.positiontup or ())
-                     if compiled.positional else None)
+            sql = compiled.string
+            order = tuple(compiled.positiontup or ()) if compiled.positional else None
+            if batch.action is RowAction.INSERT:
+                match = RE_INSERT_VALUES.match(sql)
+                if match is None:
+                    raise RuntimeError(f"not a VALUES insert: {sql}")
+                found = _Rendering(Template(match.group(2).rstrip(), order),
+                                   (match.group(1) % (), match.group(3) or ""))
+            else:
+                found = _Rendering(Template(sql, order), None)
             self._texts[layout] = found
         return found
 
     def _queue(self, batch: _Batch, check: bool) -> None:
-        """Render a batch with the driver's escaping and queue it for the next round trip.
+        """Render a batch on the client and queue it for the next round trip.
 
-        The text is what PyMySQL's executemany would send: the same compiled statement, the
-        same escaping; INSERTs as multi-row statements (as executemany rewrites them),
-        UPDATEs and DELETEs one statement per row, each checked to match its one row.
+        The text is what the driver's executemany would send: the same compiled statement,
+        the driver's literals (``consumers.sql.render``); INSERTs as multi-row statements
+        (as executemany rewrites them), UPDATEs and DELETEs one statement per row, each
+        checked to match its one row.
         """
-        sql, order = self._text(batch)
-        rows: list[Any] = (batch.params if order is None else
-                           [tuple(p[name] for name in order) for p in batch.params])
         cursor = self._cursor()
         try:
-            self._render(batch, check, sql, rows, cursor)
-        finally:
-            cursor.close()
-
-    def _render(self, batch: _Batch, check: bool, sql: str, rows: list[Any],
-                cursor: Any) -> None:
-        """Queue the statements of one batch (``rows``: the driver's parameters)."""
-        if batch.action is RowAction.INSERT:
-            match = RE_INSERT_VALUES.match(sql)
-            if match is None:
-                raise RuntimeError(f"not a VALUES insert: {sql}")
-            prefix, values = match.group(1) % (), match.group(2).rstrip()
-            postfix = match.group(3) or ""
+            literal = (postgresql_literal(cursor) if self.dialect == "postgresql"
+                       else mysql_literal(cursor))
+            rendering = self._rendering(batch)
+            row = rendering.row
+            if rendering.around is None:
+                for params in batch.params:
+                    self._enqueue(_Queued(row.render(params, literal), 1 if check else 0,
+                                          batch.action, batch.target))
+                return
+            prefix, postfix = rendering.around
             parts: list[str] = []
             size = 0
-            for row in rows:
-                text = cursor.mogrify(values, row)
+            for params in batch.params:
+                text = row.render(params, literal)
                 if parts and size + len(text) > _ROUND_TRIP_BYTES:
                     self._enqueue(_Queued(prefix + ",".join(parts) + postfix, 0,
                                           batch.action, batch.target))
@@ -837,10 +870,8 @@ class SqlApplier:
                 size += len(text) + 1
             self._enqueue(_Queued(prefix + ",".join(parts) + postfix, 0, batch.action,
                                   batch.target))
-            return
-        for row in rows:
-            self._enqueue(_Queued(cursor.mogrify(sql, row), 1 if check else 0, batch.action,
-                                  batch.target))
+        finally:
+            cursor.close()
 
     def _cursor(self) -> Any:
         """A cursor that binds on the client (``mogrify``) and reads several results."""

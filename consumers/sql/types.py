@@ -8,7 +8,8 @@ target's value policy (``ValuePolicy``: zero dates, U+0000) decides what a targe
 cannot hold it gets, and ``adapt`` bends the value to the target column's reflected type,
 whether the applier created that column from this map or a user wrote it by hand: a
 PostgreSQL BIT(n) wants a bit string, a BOOLEAN a bool, a timestamp without time zone a
-naive UTC datetime.
+naive UTC datetime. ``row_adapter`` does the same for a table layout, with the choices
+that depend only on the columns made once.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import oracle, postgresql
 
 from thl_topics.event import ColumnSpec, ThlValue
-from thl_topics.values import format_time, from_thl
+from thl_topics.values import DECIMAL_TYPES, INTEGER_TYPES, format_time, from_thl
 
 SqlType = sa.types.TypeEngine[Any]
 
@@ -376,3 +377,53 @@ def adapt_row(row: Sequence[ThlValue], specs: Sequence[ColumnSpec],
             value = policy.value(spec, value)
         out.append(adapt(value, target, dialect, spec))
     return out
+
+
+RowAdapter = Callable[[Sequence[ThlValue]], list[object]]
+"""A THL row to the values the target's driver gets (``row_adapter``)."""
+
+#: Kinds whose string values ``from_thl`` converts (to numbers, dates, times).
+_CONVERTED_KINDS = INTEGER_TYPES | DECIMAL_TYPES | DATE_TYPES | {"TIME", "JSON"}
+#: Passes: what a value must be to pass as it is (see ``row_adapter``).
+_ANY, _INT, _STR, _STR_NO_NUL = range(4)
+
+
+def row_adapter(specs: Sequence[ColumnSpec], targets: Sequence[SqlType], dialect: str,
+                policy: ValuePolicy | None = None) -> RowAdapter:
+    """``adapt_row`` for one layout of columns, as a function of the row.
+
+    The per-column choices are made here, once: NULL, an integer of an integer column and
+    a string of a column that keeps strings as they are (on PostgreSQL: without U+0000)
+    come out as they went in, which is what ``adapt_row`` makes of them; every other value
+    goes ``adapt_row``'s way.
+    """
+    passes: list[int] = []
+    for spec, target in zip(specs, targets, strict=True):
+        kind = spec.type.upper()
+        type_name = type(target).__name__.upper()
+        if kind in INTEGER_TYPES:
+            # A PostgreSQL BIT wants a bit string, a BOOLEAN a bool (``adapt``).
+            bent = dialect == "postgresql" and type_name in ("BIT", "VARBIT", "BOOLEAN")
+            passes.append(_ANY if bent else _INT)
+        elif kind in _CONVERTED_KINDS:
+            passes.append(_ANY)
+        else:
+            passes.append(_STR_NO_NUL if policy is not None and policy.checks_nul else _STR)
+    columns = list(zip(passes, specs, targets, strict=True))
+
+    def adapt_one(raw: ThlValue, spec: ColumnSpec, target: SqlType) -> object:
+        value = from_thl(spec, raw)
+        if policy is not None and isinstance(value, str):
+            value = policy.value(spec, value)
+        return adapt(value, target, dialect, spec)
+
+    def adapted(row: Sequence[ThlValue]) -> list[object]:
+        out: list[object] = []
+        for raw, (passing, spec, target) in zip(row, columns, strict=True):
+            if raw is None or (type(raw) is int and passing == _INT) or (isinstance(raw, str) and (
+                    passing == _STR or (passing == _STR_NO_NUL and "\x00" not in raw))):
+                out.append(raw)
+            else:
+                out.append(adapt_one(raw, spec, target))
+        return out
+    return adapted

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -19,9 +20,10 @@ from consumers.sql.types import (
     char_length,
     column_type,
     policy_for,
+    row_adapter,
     type_map_markdown,
 )
-from thl_topics.event import ColumnSpec
+from thl_topics.event import ColumnSpec, ThlValue
 
 
 def test_postgresql_bit_boolean_and_timestamps() -> None:
@@ -175,3 +177,63 @@ def test_only_postgresql_checks_nul_and_mysql_keeps_everything() -> None:
     assert policy_for("mariadb", "error", "error") is None
     assert adapt_row(["0000-00-00", "a\x00"], [DATE, TEXT], [sa.Date(), sa.Text()],
                      "mariadb", None) == ["0000-00-00", "a\x00"]
+
+
+# -- the adapter of a layout ----------------------------------------------------------------
+
+#: (spec, PostgreSQL column, MariaDB column, THL values): every kind of column, with the
+#: values that pass as they are and those that take adapt_row's way.
+_LAYOUT: list[tuple[ColumnSpec, Any, Any, list[ThlValue]]] = [
+    (_spec("i", "INT"), sa.Integer(), sa.Integer(), [None, 0, -5, "17", 2**70]),
+    (_spec("u", "BIGINT", unsigned=True), sa.Numeric(20), sa.BigInteger(),
+     ["18446744073709551615", 18446744073709551615]),
+    (_spec("flag", "TINYINT"), sa.Boolean(), sa.SmallInteger(), [0, 1, None]),
+    (_spec("b", "BIT", 9), postgresql.BIT(9), sa.Integer(), [0x1FF, 0, None]),
+    (_spec("y", "YEAR"), sa.SmallInteger(), sa.SmallInteger(), [1901, 2155, None]),
+    (_spec("dec", "DECIMAL", 65, 30), sa.Numeric(65, 30), sa.Numeric(65, 30),
+     ["-0.000000000000000000000000000001", None]),
+    (_spec("f", "DOUBLE"), postgresql.DOUBLE_PRECISION(), sa.Float(), [1.5, -0.0, None]),
+    (DATE, sa.Date(), sa.Date(), ["2024-02-29", "0000-00-00", None]),
+    (DATETIME, sa.DateTime(), sa.DateTime(), ["9999-12-31 23:59:59.999999", None]),
+    (_spec("ts", "TIMESTAMP", 0, 6), postgresql.TIMESTAMP(timezone=True), sa.DateTime(),
+     ["2038-01-19 03:14:07.999999", None]),
+    (_spec("tm", "TIME", 0, 6), postgresql.INTERVAL(), sa.Time(),
+     ["-838:59:59.000000", "00:00:00.000001", None]),
+    (_spec("tm_text", "TIME"), sa.Text(), sa.Text(), ["-00:00:01"]),
+    (TEXT, sa.Text(), sa.Text(), ["é😀 'q' \\ end", "", "a\x00b", None]),
+    (_spec("vc", "VARCHAR", 80, charset="utf8mb4"), sa.String(20), sa.String(20),
+     ["x", "nul\x00"]),
+    (JSON, postgresql.JSONB(), sa.JSON(), ['{"k": "a\\u0000b"}', '{"k": 1}', None]),
+    (_spec("e", "ENUM", members=("a", "b")), sa.Text(), sa.Text(), ["a", None]),
+    (_spec("s", "SET", members=("x", "y")), sa.Text(), sa.Text(), ["x,y", ""]),
+    (_spec("bn", "BINARY", 4), postgresql.BYTEA(), sa.LargeBinary(), [b"\x00\x01", b""]),
+    (_spec("bl", "BLOB"), postgresql.BYTEA(), sa.LargeBinary(), [b"\xff", b""]),
+]
+
+
+@pytest.mark.parametrize("dialect", ["postgresql", "mariadb", "oracle"])
+def test_row_adapter_gives_what_adapt_row_gives(dialect: str) -> None:
+    specs = [s for s, *_ in _LAYOUT]
+    targets = [pg if dialect != "mariadb" else my for _, pg, my, _ in _LAYOUT]
+    adapted = row_adapter(specs, targets, dialect,
+                          policy_for(dialect, "null", "strip"))
+    longest = max(len(values) for *_, values in _LAYOUT)
+    for r in range(longest):
+        row = [values[r % len(values)] for *_, values in _LAYOUT]
+        by_row = adapt_row(row, specs, targets, dialect, policy_for(dialect, "null", "strip"))
+        got = adapted(row)
+        assert got == by_row, (dialect, row)
+        # The same types too: an int is no bool, a str no bytes.
+        assert [type(v) for v in got] == [type(v) for v in by_row], (dialect, row)
+
+
+def test_row_adapter_refuses_as_adapt_row_does() -> None:
+    strict = policy_for("postgresql", "error", "error")
+    adapted = row_adapter([TEXT, DATE], [sa.Text(), sa.Date()], "postgresql", strict)
+    with pytest.raises(ValueRefused, match=r"cannot hold U\+0000") as err:
+        adapted(["a\x00b", None])
+    assert err.value.column == "t"
+    with pytest.raises(ValueRefused, match="zero date"):
+        adapted(["ok", "0000-00-00"])
+    with pytest.raises(ValueError, match="zip"):
+        adapted(["one value"])

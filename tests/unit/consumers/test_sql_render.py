@@ -1,0 +1,98 @@
+"""Statement templates and the literals written without the driver (the driver's own
+literals are checked against the real servers in tests/integration/consumers)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from consumers.sql.render import Template, mysql_literal, postgresql_literal
+
+
+def test_named_template_renders_each_parameter_where_it_stands() -> None:
+    t = Template("UPDATE t SET a=%(v0)s::INTEGER, b=%(v1)s WHERE id = %(k0)s AND p LIKE '5%%'")
+    assert t.names == ("v0", "v1", "k0")
+    text = t.render({"k0": "K", "v0": "A", "v1": "B"}, lambda v: f"<{v}>")
+    assert text == "UPDATE t SET a=<A>::INTEGER, b=<B> WHERE id = <K> AND p LIKE '5%'"
+
+
+def test_positional_template_takes_rows_by_position_or_by_the_compiled_order() -> None:
+    sql = "(%s, %s, '%%s')"
+    assert Template(sql).render(["x", "y"], str) == "(x, y, '%s')"
+    named = Template(sql, ("v1", "v0"))
+    assert named.names == ("v1", "v0")
+    assert named.render({"v0": 0, "v1": 1}, str) == "(1, 0, '%s')"
+
+
+def test_template_without_parameters() -> None:
+    assert Template("SELECT 1").render({}, str) == "SELECT 1"
+
+
+class _Info:
+    def __init__(self, conforming: str | None) -> None:
+        self.conforming = conforming
+
+    def parameter_status(self, name: str) -> str | None:
+        assert name == "standard_conforming_strings"
+        return self.conforming
+
+
+class _Connection:
+    def __init__(self, conforming: str | None = "on", no_backslash: bool = False) -> None:
+        self.info = _Info(conforming)
+        self.no_backslash = no_backslash
+
+    def escape_string(self, text: str) -> str:
+        return text.replace("'", "''") if self.no_backslash else \
+            text.replace("\\", "\\\\").replace("'", "\\'")
+
+
+class _Cursor:
+    """What the literal functions use of a driver's cursor; ``mogrify`` marks its output."""
+
+    def __init__(self, connection: _Connection) -> None:
+        self.connection = connection
+        self.mogrified: list[Any] = []
+
+    def mogrify(self, sql: str, params: tuple[Any, ...]) -> str:
+        assert sql == "%s"
+        self.mogrified.append(params[0])
+        return f"driver({params[0]!r})"
+
+
+def test_postgresql_literals_written_here_and_by_the_driver() -> None:
+    cursor = _Cursor(_Connection("on"))
+    literal = postgresql_literal(cursor)
+    assert literal(None) == "NULL"
+    assert literal(0) == "0"
+    assert literal(12345678901234567890123) == "12345678901234567890123"
+    assert literal(-5) == " -5"  # psycopg's form: "- -5" never becomes a comment
+    assert literal("it's é😀\n") == "'it''s é😀\n'"
+    assert literal("") == "''"
+    assert cursor.mogrified == []
+    # A backslash (the E'' form), U+0000 (an error), bool, Decimal, bytes: the driver's.
+    for value in ("back\\slash", "nul\x00", True, Decimal("1.50"), b"\x00", 1.5):
+        assert literal(value) == f"driver({value!r})"
+    assert cursor.mogrified == ["back\\slash", "nul\x00", True, Decimal("1.50"), b"\x00", 1.5]
+
+
+@pytest.mark.parametrize("conforming", ["off", None])
+def test_postgresql_without_standard_conforming_strings_leaves_every_value_to_the_driver(
+        conforming: str | None) -> None:
+    cursor = _Cursor(_Connection(conforming))
+    literal = postgresql_literal(cursor)
+    assert [literal(v) for v in (None, 1, "a")] == ["driver(None)", "driver(1)", "driver('a')"]
+
+
+@pytest.mark.parametrize("no_backslash", [False, True])
+def test_mysql_literals_escape_strings_as_the_connection_does(no_backslash: bool) -> None:
+    cursor = _Cursor(_Connection(no_backslash=no_backslash))
+    literal = mysql_literal(cursor)
+    assert literal(None) == "NULL"
+    assert literal(-5) == "-5"
+    expected = "'it''s \\'" if no_backslash else "'it\\'s \\\\'"
+    assert literal("it's \\") == expected
+    assert literal(True) == "driver(True)"
+    assert literal(b"\x00") == "driver(b'\\x00')"
