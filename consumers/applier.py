@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from consumers.heartbeat import Heartbeat
 from consumers.position import Position
@@ -149,3 +149,14 @@ class Applier(Protocol):
 
     def close(self) -> None:
         """Release the target; must not raise."""
+
+
+@runtime_checkable
+class WarmsUp(Protocol):
+    """An applier whose start costs a standby process can pay ahead of a takeover."""
+
+    def warm_up(self) -> None:
+        """Prepare what ``connect`` will need (start an engine, load its classes) while
+        another process holds the group's lock: nothing written to the target, no position
+        kept for later. A failure is only logged; ``connect`` tries again on takeover."""
+

@@ -50,7 +50,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from consumers.applier import Applier, StatementPolicy
+from consumers.applier import Applier, StatementPolicy, WarmsUp
 from consumers.block import Block
 from consumers.channels import ChannelApplier, ChannelError, ShardMap, plan_channels
 from consumers.check import CheckingApplier, CheckRange, CheckResult, check_of, now_text
@@ -158,6 +158,8 @@ class ConsumerRuntime:
                                          f"{self.status.host}:{os.getpid()}")
         self._stop = threading.Event()
         self._wakeup = Wakeup()
+        #: The standby warm-up ran (once per process).
+        self._warmed = False
         self._desired = Desired(state="ONLINE" if cfg.auto_online else "OFFLINE")
         self._desired_lock = threading.Lock()
         #: The request id an error happened under: stay in ERROR until a newer request.
@@ -259,6 +261,7 @@ class ConsumerRuntime:
                         log.info("%s: standby: another process applies this group; waiting "
                                  "for its lock", self.name)
                         standby_logged = True
+                        self._warm_up()
                     continue
                 standby_logged = False
                 try:
@@ -271,6 +274,24 @@ class ConsumerRuntime:
         finally:
             for applier in self.appliers:
                 applier.close()
+
+    def _warm_up(self) -> None:
+        """As a standby, once per process: pay what a takeover would (the warehouse's Spark
+        start), so that taking over costs seconds, not a cold start."""
+        if self._warmed:
+            return
+        self._warmed = True
+        for applier in self.appliers:
+            if not isinstance(applier, WarmsUp):
+                continue
+            started = time.monotonic()
+            try:
+                applier.warm_up()
+            except Exception as exc:  # the takeover's connect() reports it properly
+                log.warning("%s: standby warm-up failed (a takeover starts cold): %s",
+                            self.name, exc)
+                continue
+            log.info("%s: standby warmed up in %.1f s", self.name, time.monotonic() - started)
 
     def _until_stopped(self, call: Callable[[], _T], doing: str) -> _T | None:
         """``call()``, tried again every second while ZooKeeper fails (None once stopped)."""

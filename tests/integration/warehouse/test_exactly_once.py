@@ -3,10 +3,12 @@ named crash points between two tables' MERGEs and between the MERGEs and the pos
 SIGKILLed 20 times at random moments while a writer keeps publishing; after a clean restart
 every Delta table equals the model of the source row by row, ``_seqno`` included.
 
-Every kill lands while blocks are being applied (``_until_applying``). Each costs a Spark
-start in the new process; the driver JVM maps the class-data archive
-(``consumers/warehouse/class_archive.py``), which the test makes sure of, so a cycle is
-about 12 s on an idle 2-core machine. ``TREP_WAREHOUSE_KILLS`` changes the count."""
+Every kill lands while blocks are being applied (``_until_applying``). Before each kill a
+second ``trep-run`` waits as standby, as an operator's spare process would: it starts its
+Spark while the first applies (``warm_up``), and takes the group over once the killed
+process's ZooKeeper session expires. Its driver JVM maps the class-data archive
+(``consumers/warehouse/class_archive.py``), which the test makes sure of.
+``TREP_WAREHOUSE_KILLS`` changes the count."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from stack.settings import REPO_ROOT
 from thl_topics.event import RowChange
 
 from ..processes import kill_leftovers
-from .conftest import CraftedThl, delete, insert, spec, update
+from .conftest import GROUP, CraftedThl, delete, insert, spec, update
 
 TABLES = {"a": [spec(1, "id", "INT", key=True), spec(2, "v", "VARCHAR", length=40)],
           "b": [spec(1, "k", "VARCHAR", length=20, key=True), spec(2, "n", "BIGINT")]}
@@ -112,7 +114,7 @@ def _log(svc: CraftedThl) -> str:
 
 
 def _until_applying(svc: CraftedThl, proc: subprocess.Popen[bytes], since: float) -> None:
-    """Until this process's group is ONLINE (its Spark started, its handshake done)."""
+    """Until the group is ONLINE since ``since`` (its Spark started, its handshake done)."""
     deadline = time.monotonic() + 300
     while True:
         status = svc.status()
@@ -121,6 +123,14 @@ def _until_applying(svc: CraftedThl, proc: subprocess.Popen[bytes], since: float
         assert proc.poll() is None, _log(svc)
         assert time.monotonic() < deadline, f"not ONLINE: {status}\n{_log(svc)}"
         time.sleep(0.2)
+
+
+def _leader(svc: CraftedThl) -> int:
+    """The pid of the process holding the group's lock (lock identities are host:pid)."""
+    lock = f"{svc.cfg.zookeeper.root}/{svc.name}/consumers/{GROUP}/lock"
+    contenders = svc.zk.Lock(lock).contenders()
+    assert contenders, "nobody holds the group's lock"
+    return int(contenders[0].rsplit(":", 1)[1])
 
 
 def _ensure_class_archive(svc: CraftedThl, spark_conf: dict[str, str]) -> str:
@@ -199,19 +209,30 @@ def test_crashes_and_kills_under_load_leave_tables_equal_to_the_source(
     load.start()
     rng = random.Random(5)
     try:
-        for kill in range(KILLS):
-            since = time.time()
-            proc = _spawn(svc)
-            _until_applying(svc, proc, since)
-            if kill == 0:
-                assert _jvm_maps(proc, archive), "the driver JVM did not map the archive"
+        since = time.time()
+        proc = _spawn(svc)
+        _until_applying(svc, proc, since)
+        assert _jvm_maps(proc, archive), "the driver JVM did not map the archive"
+        for _ in range(KILLS):
+            standby = _spawn(svc)  # starts its Spark while proc applies
             time.sleep(rng.uniform(0.0, 4.0))
             proc.kill()
             proc.wait(60)
+            since = time.time()
+            _until_applying(svc, standby, since)
+            assert _leader(svc) == standby.pid
+            proc = standby
+        proc.kill()  # the clean run below starts with other settings
+        proc.wait(60)
     finally:
         stop.set()
         load.join()
     last = svc.next_seqno - 1
+    # The standbys started their Spark before taking over (one that found the lock free at
+    # its first try, the killed process's session already gone, took over cold).
+    warmed = (svc.config_path.parent / f"{svc.name}.log").read_text().count(
+        "standby warmed up")
+    assert KILLS // 2 <= warmed <= KILLS, (warmed, _log(svc))
 
     # The clean run catches up in the applier's default blocks (10,000 rows).
     data["consumers"]["w"].pop("block_commit_rows")

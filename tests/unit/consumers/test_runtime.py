@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from kazoo.exceptions import ConnectionLoss
 
 from consumers.config import GroupConfig
@@ -465,3 +466,54 @@ def test_one_store_behind_two_appliers_refuses_the_stale_one() -> None:
         assert "moved from None to 0" in str(exc)
     else:
         raise AssertionError("the stale applier committed")
+
+
+class OtherHolds(HeldLead):
+    """A lock another process holds for the first ``busy`` tries, then gives up."""
+
+    def __init__(self, busy: int) -> None:
+        super().__init__()
+        self.busy = busy
+
+    def acquire(self, timeout: float) -> bool:
+        if self.busy:
+            self.busy -= 1
+            return False
+        return super().acquire(timeout)
+
+
+class WarmingTarget(MemoryApplier):
+    """Counts warm-ups (and fails the first ``failing`` of them)."""
+
+    def __init__(self, failing: int = 0) -> None:
+        super().__init__(MemoryTarget())
+        self.warmed = 0
+        self.failing = failing
+        self.connected_warm: list[int] = []
+
+    def warm_up(self) -> None:
+        self.warmed += 1
+        if self.failing:
+            self.failing -= 1
+            raise RuntimeError("no engine (test)")
+
+    def connect(self) -> None:
+        self.connected_warm.append(self.warmed)
+        super().connect()
+
+
+@pytest.mark.parametrize("failing", [0, 1])
+def test_a_standby_warms_up_once_before_it_takes_over(failing: int) -> None:
+    positions = MemoryPositions()
+    positions.lead = OtherHolds(busy=3)
+    target = WarmingTarget(failing)
+    _run([_rec(i, i) for i in range(3)], _at(2), target=target, positions=positions)
+    assert target.warmed == 1  # once, however long the standby waits
+    assert target.connected_warm[0] == 1  # before the takeover connected
+    assert _seqnos(target) == [0, 1, 2]  # a failed warm-up only costs a cold start
+
+
+def test_a_process_that_leads_at_once_does_not_warm_up() -> None:
+    target = WarmingTarget()
+    _run([_rec(i, i) for i in range(2)], _at(1), target=target)
+    assert target.warmed == 0
