@@ -370,19 +370,24 @@ def adapt_row(row: Sequence[ThlValue], specs: Sequence[ColumnSpec],
               targets: Sequence[SqlType], dialect: str,
               policy: ValuePolicy | None = None) -> list[object]:
     """One THL row, column by column (``policy``: what the target cannot hold)."""
-    out: list[object] = []
-    for raw, spec, target in zip(row, specs, targets, strict=True):
-        value = from_thl(spec, raw)
-        if policy is not None and isinstance(value, str):
-            value = policy.value(spec, value)
-        out.append(adapt(value, target, dialect, spec))
-    return out
+    return [adapt_value(raw, spec, target, dialect, policy)
+            for raw, spec, target in zip(row, specs, targets, strict=True)]
+
+
+def adapt_value(raw: ThlValue, spec: ColumnSpec, target: SqlType, dialect: str,
+                policy: ValuePolicy | None = None) -> object:
+    """One THL value as the target column's driver gets it (see ``adapt_row``)."""
+    value = from_thl(spec, raw)
+    if policy is not None and isinstance(value, str):
+        value = policy.value(spec, value)
+    return adapt(value, target, dialect, spec)
 
 
 RowAdapter = Callable[[Sequence[ThlValue]], list[object]]
 """A THL row to the values the target's driver gets (``row_adapter``)."""
 
-#: Kinds whose string values ``from_thl`` converts (to numbers, dates, times).
+#: Kinds whose string values do not pass as they are: ``from_thl`` converts them (numbers,
+#: dates, times), or the value policy looks into them (JSON's escaped U+0000).
 _CONVERTED_KINDS = INTEGER_TYPES | DECIMAL_TYPES | DATE_TYPES | {"TIME", "JSON"}
 #: Passes: what a value must be to pass as it is (see ``row_adapter``).
 _ANY, _INT, _STR, _STR_NO_NUL = range(4)
@@ -411,12 +416,6 @@ def row_adapter(specs: Sequence[ColumnSpec], targets: Sequence[SqlType], dialect
             passes.append(_STR_NO_NUL if policy is not None and policy.checks_nul else _STR)
     columns = list(zip(passes, specs, targets, strict=True))
 
-    def adapt_one(raw: ThlValue, spec: ColumnSpec, target: SqlType) -> object:
-        value = from_thl(spec, raw)
-        if policy is not None and isinstance(value, str):
-            value = policy.value(spec, value)
-        return adapt(value, target, dialect, spec)
-
     def adapted(row: Sequence[ThlValue]) -> list[object]:
         out: list[object] = []
         for raw, (passing, spec, target) in zip(row, columns, strict=True):
@@ -424,6 +423,6 @@ def row_adapter(specs: Sequence[ColumnSpec], targets: Sequence[SqlType], dialect
                     passing == _STR or (passing == _STR_NO_NUL and "\x00" not in raw))):
                 out.append(raw)
             else:
-                out.append(adapt_one(raw, spec, target))
+                out.append(adapt_value(raw, spec, target, dialect, policy))
         return out
     return adapted

@@ -47,7 +47,7 @@ from consumers.warehouse import session as spark_sessions
 from consumers.warehouse.config import WarehouseTarget
 from consumers.warehouse.errors import classify
 from consumers.warehouse.merge import DeltaWriter
-from consumers.warehouse.staging import BatchStager, Segment, StagingArea, StagingError, exists
+from consumers.warehouse.staging import BatchStager, Segment, StagingArea, StagingError
 from consumers.warehouse.tracking import DeltaTracking
 from replicator import crashpoints
 from replicator.progress import CatchUp
@@ -141,7 +141,7 @@ class WarehouseApplier:
         if self._spark is None:
             self._spark = spark_sessions.acquire(self.cfg.spark)
         tracking = DeltaTracking(self._spark, self.cfg.tracking(self.service))
-        if exists(self._spark, f"{tracking.uri('trep_commit_seqno')}/_delta_log"):
+        if tracking.created("trep_commit_seqno"):
             tracking.read()
 
     def position(self) -> Position | None:

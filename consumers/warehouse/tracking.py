@@ -63,6 +63,10 @@ class DeltaTracking:
     def ref(self, table: str) -> str:
         return "delta." + quote_name(self.uri(table))
 
+    def created(self, table: str) -> bool:
+        """Whether ``table`` exists (its ``_delta_log`` folder is there)."""
+        return exists(self.spark, f"{self.uri(table)}/_delta_log")
+
     def create(self) -> None:
         """Create the tracking tables if missing.
 
@@ -71,7 +75,7 @@ class DeltaTracking:
         for table, cols in (("trep_commit_seqno", COMMIT_SEQNO), ("heartbeat", HEARTBEAT),
                             ("trep_staged_files", STAGED_FILES),
                             ("consistency", checks.CONSISTENCY)):
-            if not exists(self.spark, f"{self.uri(table)}/_delta_log"):
+            if not self.created(table):
                 self.spark.sql(f"CREATE TABLE IF NOT EXISTS {self.ref(table)} ({cols}) "
                                "USING delta")
 

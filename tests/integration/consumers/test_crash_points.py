@@ -70,6 +70,18 @@ def _spawn(rep: Replication, crash: str | None = None, *args: str
     return proc
 
 
+def _assert_crashed_at(rep: Replication, armed: subprocess.Popen[bytes], point: str) -> None:
+    """``armed`` exits at its crash point (``point``, with or without ``:<n>``)."""
+    try:
+        status = armed.wait(120)
+    except subprocess.TimeoutExpired:
+        armed.kill()
+        raise AssertionError(f"crash point {point} was never reached") from None
+    log = rep.log_path.read_text()
+    name = point.partition(":")[0]
+    assert status == EXIT_STATUS and f"crash point {name} reached" in log, log[-3000:]
+
+
 def _awkward_transactions(rep: Replication) -> None:
     """A DDL, a fragmented transaction, keyless and generated-column changes, then more."""
     s = rep.schema
@@ -132,13 +144,7 @@ def test_crash_at_each_named_point_loses_nothing_and_applies_once(
     armed = _spawn(rep, f"{point}:{POINTS[point]}")
     _awkward_transactions(rep)
     work.run(100)
-    try:
-        status = armed.wait(120)
-    except subprocess.TimeoutExpired:
-        armed.kill()
-        raise AssertionError(f"crash point {point} was never reached") from None
-    log = rep.log_path.read_text()
-    assert status == EXIT_STATUS and f"crash point {point} reached" in log, log[-3000:]
+    _assert_crashed_at(rep, armed, point)
 
     # Phase 2: restarted clean, everything converges exactly.
     again = _spawn(rep)

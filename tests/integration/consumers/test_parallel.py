@@ -25,7 +25,6 @@ from consumers.registry import ApplierContext
 from consumers.sql.applier import SqlApplier
 from consumers.sql.config import SqlTarget
 from replicator.config import ServiceSettings
-from replicator.crashpoints import EXIT_STATUS
 from replicator.tracking import CommitSeqnoTable
 from thl_topics.event import RowChange, Statement
 from thl_topics.reader import ThlReader
@@ -34,7 +33,7 @@ from trep.config import load_config
 from ..processes import kill_leftovers
 from .conftest import Replication
 from .tables import ACCOUNTS_MYSQL, ACCOUNTS_NAMES, NOPK_MYSQL, NOPK_NAMES, compare
-from .test_crash_points import _spawn
+from .test_crash_points import _assert_crashed_at, _spawn
 from .test_failures import _lock_holder
 from .test_outages import _until
 from .test_restart_points import BIG_MYSQL, GEN_NAMES, GENERATED_MYSQL, GENERATED_PG
@@ -216,6 +215,24 @@ def _applied_once(counts: list[tuple[int, int]], expected: set[int], where: str)
     assert not missing, f"{where}: seqnos never applied: {sorted(missing)[:20]}"
 
 
+def _assert_each_seqno_applied_once(rep: Replication) -> None:
+    """The audit tables: every seqno with data applied exactly once on each target."""
+    rows, items = _seqnos_with_data(rep)
+    audit = f"{rep.cfg.tracking_schema}.trep_apply_audit"
+    _applied_once([tuple(r) for r in rep.tgt(f"SELECT seqno, COUNT(*) FROM {audit} "
+                                             "GROUP BY seqno")], items, "mariadb")
+    _applied_once([tuple(r) for r in rep.pgsql(
+        'SELECT seqno, COUNT(*) FROM "{}"."{}" GROUP BY seqno'.format(*audit.split(".")))],
+        rows, "postgresql")
+
+
+def _assert_drained(sh: Sharded) -> None:
+    """The stop was clean: one row per channel on each target, all at one seqno."""
+    for target, found in sh.positions().items():
+        assert [t for t, _ in found] == [0, 1, 2], (target, found)
+        assert len({s for _, s in found}) == 1, (target, found)
+
+
 def _spawn_online(rep: Replication, timeout: float = 60) -> subprocess.Popen[bytes]:
     """A consumer process, once both groups are ONLINE in it (after a SIGKILL the previous
     holder's group locks go with its ZooKeeper session)."""
@@ -269,17 +286,8 @@ def test_four_schemas_three_channels_killed_twenty_times_apply_everything_once(
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, rep.log_path.read_text()[-3000:]
     sh.assert_equal(work.extra)
-    rows, items = _seqnos_with_data(rep)
-    audit = f"{rep.cfg.tracking_schema}.trep_apply_audit"
-    _applied_once([tuple(r) for r in rep.tgt(f"SELECT seqno, COUNT(*) FROM {audit} "
-                                             "GROUP BY seqno")], items, "mariadb")
-    _applied_once([tuple(r) for r in rep.pgsql(
-        'SELECT seqno, COUNT(*) FROM "{}"."{}" GROUP BY seqno'.format(*audit.split(".")))],
-        rows, "postgresql")
-    # The stop was clean: one row per channel, all at one seqno.
-    for target, found in sh.positions().items():
-        assert [t for t, _ in found] == [0, 1, 2], (target, found)
-        assert len({s for _, s in found}) == 1, (target, found)
+    _assert_each_seqno_applied_once(rep)
+    _assert_drained(sh)
     # Every shard where crc32 puts it, as trep_shard_channel recorded.
     assigned = dict(rep.tgt(f"SELECT shard_id, channel FROM {rep.cfg.tracking_schema}."
                             "trep_shard_channel"))
@@ -341,14 +349,7 @@ def test_crashes_at_each_point_with_awkward_seqnos_on_three_channels_apply_once(
         armed = _spawn(rep, point, "--no-extractor")
         _awkward_round(sh, n)
         work.run(30)
-        try:
-            status = armed.wait(120)
-        except subprocess.TimeoutExpired:
-            armed.kill()
-            raise AssertionError(f"crash point {point} was never reached") from None
-        log = rep.log_path.read_text()
-        name = point.partition(":")[0]
-        assert status == EXIT_STATUS and f"crash point {name} reached" in log, log[-3000:]
+        _assert_crashed_at(rep, armed, point)
     proc = rep.spawn("--no-extractor")
     try:
         rep.wait_source_applied(timeout=300)
@@ -359,18 +360,10 @@ def test_crashes_at_each_point_with_awkward_seqnos_on_three_channels_apply_once(
     for s in (s0, s2, s3):
         assert compare(sh.view(s), "big", ["id", "pad"], "id") > 1_000
     assert compare(sh.view(s1), "gen", GEN_NAMES, "id") == 2 * len(CHANNEL_POINTS)
-    rows, items = _seqnos_with_data(rep)
-    audit = f"{rep.cfg.tracking_schema}.trep_apply_audit"
-    _applied_once([tuple(r) for r in rep.tgt(f"SELECT seqno, COUNT(*) FROM {audit} "
-                                             "GROUP BY seqno")], items, "mariadb")
-    _applied_once([tuple(r) for r in rep.pgsql(
-        'SELECT seqno, COUNT(*) FROM "{}"."{}" GROUP BY seqno'.format(*audit.split(".")))],
-        rows, "postgresql")
+    _assert_each_seqno_applied_once(rep)
     assert rep.tgt(f"SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = "
                    f"'{s2}' AND table_name = 'big'") == [(2 + len(CHANNEL_POINTS),)]
-    for target, found in sh.positions().items():
-        assert [t for t, _ in found] == [0, 1, 2], (target, found)
-        assert len({s for _, s in found}) == 1, (target, found)
+    _assert_drained(sh)
 
 
 def _pin(rep: Replication, pins: dict[str, int]) -> None:
