@@ -157,3 +157,34 @@ class TableShape:
             value = row[name]
             out.append(conv(value, sources.get(name) if value is None else None))
         return out
+
+
+class _Shapes:
+    """One shape per columns list (the table-map cache hands out one table, so one list,
+    per distinct table map), kept with the list so that an id is never reused while
+    cached."""
+
+    MAX_ENTRIES = 4096
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[Sequence[Any], TableShape]] = {}
+
+    def get(self, columns: Sequence[Any]) -> TableShape:
+        hit = self._by_id.get(id(columns))
+        if hit is not None and hit[0] is columns:
+            return hit[1]
+        shape = TableShape(columns)
+        if len(self._by_id) >= self.MAX_ENTRIES:
+            self._by_id.clear()
+        self._by_id[id(columns)] = (columns, shape)
+        return shape
+
+
+_shapes = _Shapes()
+
+
+def shape_of(columns: Sequence[Any]) -> TableShape:
+    """The shape of a table's columns, built once per columns list: the rows decoder and
+    the assembler share it, so consecutive changes of one table merge whichever path
+    decoded them."""
+    return _shapes.get(columns)

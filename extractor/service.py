@@ -35,7 +35,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from extractor import binlog_fixes, table_map_cache
+from extractor import binlog_fixes, row_decoder, table_map_cache
 from extractor.check import Checker
 from extractor.config import ExtractorConfig
 from extractor.errors import (
@@ -68,6 +68,7 @@ from thl_topics.reader import ThlReader
 log = logging.getLogger(__name__)
 binlog_fixes.install()
 table_map_cache.install()
+row_decoder.install()
 
 
 class _Stopped(Exception):
@@ -75,7 +76,7 @@ class _Stopped(Exception):
 
 
 _EVENTS = [MariadbGtidEvent, QueryEvent, XidEvent, WriteRowsEvent, UpdateRowsEvent,
-           DeleteRowsEvent, HeartbeatLogEvent]
+           DeleteRowsEvent, row_decoder.DecodedRows, HeartbeatLogEvent]
 #: Seconds the first metadata request may take before Kafka counts as away (and is retried).
 ACCESS_CHECK_S = 15.0
 #: MySQL error 1236: the requested binlog file or position is not on the server.

@@ -73,6 +73,21 @@ def _cached_init(self: Any, from_packet: Any, event_size: int, table_map: dict[i
     table_map[self.table_id] = self.table_obj
 
 
+def known_table(body: bytes) -> tuple[int, Any] | None:
+    """(table id, parsed table) of a table-map body seen before, while the cache is in use.
+
+    The rows decoder's packet loop uses it to skip pymysqlreplication's event objects for
+    a repeated table map altogether (see ``row_decoder``).
+    """
+    if TableMapEvent.__init__ is not _cached_init:
+        return None
+    hit = _cache.get(body)
+    if hit is None:
+        return None
+    Stats.hits += 1
+    return hit[0], hit[4]
+
+
 def install() -> None:
     """Use the cache for every Table_map event from now on (idempotent)."""
     TableMapEvent.__init__ = _cached_init

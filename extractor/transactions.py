@@ -20,10 +20,11 @@ from typing import Any
 from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from extractor.row_values import TableShape
+from extractor.row_decoder import DecodedRows
+from extractor.row_values import TableShape, shape_of
 from replicator.filters import FilterChain, ItemFilter
 from replicator.sql_names import statement_target
-from thl_topics.event import DataItem, RowAction, RowChange, Statement, ThlEvent
+from thl_topics.event import DataItem, RowAction, RowChange, Statement, ThlEvent, ThlValue
 from thl_topics.records import META_PROVISION, META_PROVISIONING
 
 # flags2 bits of a query event (MySQL's OPTION_* constants).
@@ -117,7 +118,6 @@ class TransactionAssembler:
         self._open: _Open | None = None
         self._gtid: str | None = None
         self._last_time = 0
-        self._shapes: dict[int, tuple[Any, TableShape]] = {}
         #: Tables being provisioned: their binlog changes are marked (``provisioning``) so
         #: that targets apply them idempotently until the table's last chunk.
         self.provisioning: set[tuple[str, str]] = set()
@@ -139,6 +139,8 @@ class TransactionAssembler:
                 self._begin(event, session=0)
         elif isinstance(event, QueryEvent):
             self._query(event, position)
+        elif isinstance(event, DecodedRows):
+            self._decoded_rows(event, position)
         elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
             self._rows(event, position)
         elif isinstance(event, XidEvent):
@@ -173,21 +175,12 @@ class TransactionAssembler:
         self._gtid = None
         return self._open
 
-    def _shape(self, event: Any) -> TableShape:
-        table = event.table_map[event.table_id]
-        cached = self._shapes.get(event.table_id)
-        if cached is None or cached[0] is not table:
-            cached = (table, TableShape(table.columns))
-            self._shapes[event.table_id] = cached
-        return cached[1]
-
     def _rows(self, event: Any, position: BinlogPosition) -> None:
-        if self._open is None:
-            raise RuntimeError(f"row event for {event.schema}.{event.table} outside a "
-                               f"transaction at {position.event_id()}")
-        if not self.filters.keeps(event.schema, event.table):
+        """A rows event as pymysqlreplication decoded it (see ``row_decoder`` for when)."""
+        txn = self._taking(event, position)
+        if txn is None:
             return
-        shape = self._shape(event)
+        shape = shape_of(event.table_map[event.table_id].columns)
         if isinstance(event, WriteRowsEvent):
             action, after, before = RowAction.INSERT, [
                 shape.values(r["values"], r.get("none_sources")) for r in event.rows], []
@@ -200,7 +193,26 @@ class TransactionAssembler:
                      for r in event.rows]
             before = [shape.values(r["before_values"], r.get("before_none_sources"))
                       for r in event.rows]
-        items = self._open.items
+        self._add_rows(txn, event, position, shape, action, after, before, len(event.rows))
+
+    def _decoded_rows(self, event: DecodedRows, position: BinlogPosition) -> None:
+        txn = self._taking(event, position)
+        if txn is not None:
+            after, before = event.images()
+            self._add_rows(txn, event, position, event.shape, event.action, after, before,
+                           len(before) if event.action is RowAction.DELETE else len(after))
+
+    def _taking(self, event: Any, position: BinlogPosition) -> _Open | None:
+        """The open transaction a rows event belongs to; None if its table is filtered."""
+        if self._open is None:
+            raise RuntimeError(f"row event for {event.schema}.{event.table} outside a "
+                               f"transaction at {position.event_id()}")
+        return self._open if self.filters.keeps(event.schema, event.table) else None
+
+    def _add_rows(self, txn: _Open, event: Any, position: BinlogPosition, shape: TableShape,
+                  action: RowAction, after: list[list[ThlValue]],
+                  before: list[list[ThlValue]], nrows: int) -> None:
+        items = txn.items
         last = items[-1] if items else None
         if (isinstance(last, RowChange) and last.action is action
                 and last.schema == event.schema and last.table == event.table
@@ -213,13 +225,12 @@ class TransactionAssembler:
                 column_specs=shape.specs if after else [],
                 key_specs=shape.specs if before else [],
                 column_values=after, key_values=before))
-        nrows = len(event.rows)
-        self._open.rows += nrows
+        txn.rows += nrows
         # The binlog event's own size is a fair, free estimate of the THL bytes it adds.
-        self._open.size += getattr(event, "event_size", 0) or 64 * nrows
-        if (self._open.rows >= self.fragment_rows
-                or self._open.size >= self.fragment_bytes):
-            self._flush(self._open, position, last_frag=False)
+        txn.size += getattr(event, "event_size", 0) or 64 * nrows
+        if (txn.rows >= self.fragment_rows
+                or txn.size >= self.fragment_bytes):
+            self._flush(txn, position, last_frag=False)
 
     def _add(self, txn: _Open, stmt: Statement) -> None:
         if self.filters.keeps_item(stmt):
