@@ -289,3 +289,17 @@ def test_images_that_do_not_end_with_the_event_are_an_error() -> None:
     assert decoded is not None and decoded.event is not None
     with pytest.raises(ValueError, match=r"s\.t ending at binlog position 4242"):
         decoded.event.images()
+
+
+def test_a_partial_zero_date_is_the_zero_date() -> None:
+    """'2024-00-00' and '2024-03-00 10:00:00' arrive as the zero date (README's known
+    limit): the appliers know only the whole zero date."""
+    columns = [_column("d", FIELD_TYPE.DATE), _column("dt", FIELD_TYPE.DATETIME2, fsp=0)]
+    table = Table(4, "s", "t", columns)
+    datetime2 = (1 << 39 | (2024 * 13 + 3) << 22 | 10 << 12).to_bytes(5, "big")
+    row = b"\x00" + (2024 << 9).to_bytes(3, "little") + datetime2
+    data = _packet(BINLOG.WRITE_ROWS_EVENT_V1, 4, 2, row)
+    decoded = row_decoder.decode_packet(data, {4: table}, True, None)
+    assert decoded is not None and decoded.event is not None
+    assert decoded.event.images() == ([["0000-00-00", "0000-00-00 00:00:00"]], [])
+    assert _reference(data, table) == decoded.event.images()
