@@ -7,9 +7,8 @@ Every kill lands while blocks are being applied (``_until_applying``). Before ea
 first ``WARM_KILLS`` kills a second ``trep-run`` waits as standby, as an operator's spare
 process would: it starts its Spark while the first applies (``warm_up``), and takes the
 group over once the killed process's ZooKeeper session expires. After those, each kill is
-followed by a new process, as a supervisor restarts one: on 2 cores a spare's Spark start
-competes with the leader's blocks, so every kill through a spare made the test a minute
-slower for no more coverage. Every driver JVM maps the class-data archive
+followed by a new process, as a supervisor restarts one, so both ways of taking over are
+covered. Every driver JVM maps the class-data archive
 (``consumers/warehouse/class_archive.py``), which the test makes sure of.
 ``TREP_WAREHOUSE_KILLS`` changes the count."""
 
