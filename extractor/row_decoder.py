@@ -23,6 +23,7 @@ import datetime as dt
 import decimal
 import struct
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pymysqlreplication import binlogstream
@@ -37,7 +38,7 @@ from pymysqlreplication.row_event import (
 
 from extractor import table_map_cache
 from extractor.binlog_fixes import read_time2
-from extractor.row_values import TableShape, shape_of
+from extractor.row_values import IdentityCache, TableShape, shape_of
 from thl_topics.event import ColumnSpec, RowAction, ThlValue
 from thl_topics.values import format_datetime, format_time, set_to_thl, to_thl
 
@@ -64,40 +65,36 @@ _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 _DIGITS_PER_WORD = 9
 
 
+@dataclass(slots=True, kw_only=True)
 class DecodedRows:
     """A rows event of one table, read here instead of by pymysqlreplication.
 
-    It stands where pymysqlreplication's rows event would. Its row images are read only
-    when asked for (:meth:`images`), after the assembler's filters, as pymysqlreplication
-    reads ``rows`` only when asked: a filtered table costs nothing and fails nothing.
+    It stands where pymysqlreplication's rows event would. Its row images (``data`` from
+    ``start`` to ``end``) are read only when asked for (:meth:`images`), after the
+    assembler's filters, as pymysqlreplication reads ``rows`` only when asked: a filtered
+    table costs nothing and fails nothing.
     """
 
-    __slots__ = ("_data", "_decoder", "_end", "_start", "action", "event_size", "log_pos",
-                 "schema", "table", "timestamp")
-
-    def __init__(self, *, action: RowAction, decoder: TableDecoder, schema: str, table: str,
-                 timestamp: int, event_size: int, log_pos: int, data: bytes, start: int,
-                 end: int) -> None:
-        self.action = action
-        self.schema = schema
-        self.table = table
-        self.timestamp = timestamp
-        self.event_size = event_size
-        self.log_pos = log_pos
-        self._decoder = decoder
-        self._data = data
-        self._start = start
-        self._end = end
+    action: RowAction
+    decoder: TableDecoder
+    schema: str
+    table: str
+    timestamp: int
+    event_size: int
+    log_pos: int
+    data: bytes
+    start: int
+    end: int
 
     @property
     def shape(self) -> TableShape:
         """The table's column specs (shared with the reference path's shape)."""
-        return self._decoder.shape
+        return self.decoder.shape
 
     def images(self) -> tuple[list[list[ThlValue]], list[list[ThlValue]]]:
         """(after, before) as THL values in column order: the inserted rows and updated
         rows' new images; the deleted rows and updated rows' old images."""
-        data, pos, end, row = self._data, self._start, self._end, self._decoder.row
+        data, pos, end, row = self.data, self.start, self.end, self.decoder.row
         after: list[list[ThlValue]] = []
         before: list[list[ThlValue]] = []
         if self.action is RowAction.INSERT:
@@ -121,18 +118,15 @@ class DecodedRows:
         return after, before
 
 
+@dataclass(slots=True)
 class _Decoded:
     """What pymysqlreplication's fetch loop reads of a packet wrapper: the header fields
     and the event (None: nothing to hand out, as for a table map)."""
 
-    __slots__ = ("event", "event_type", "log_pos", "timestamp")
-
-    def __init__(self, event: DecodedRows | None, event_type: int, log_pos: int,
-                 timestamp: int) -> None:
-        self.event = event
-        self.event_type = event_type
-        self.log_pos = log_pos
-        self.timestamp = timestamp
+    event: DecodedRows | None
+    event_type: int
+    log_pos: int
+    timestamp: int
 
 
 # -- column decoders -------------------------------------------------------------------
@@ -278,9 +272,11 @@ def _bit(bits: int, nbytes: int) -> ColumnDecoder:
 
 
 def _enum(size: int, members: Sequence[str] | None) -> ColumnDecoder:
+    if not members:  # no member names in the table map: the reference gives None
+        return lambda data, pos: (None, pos + size)
+
     def decode(data: bytes, pos: int) -> tuple[ThlValue, int]:
-        index = int.from_bytes(data[pos:pos + size], "little")
-        return (members[index] if members else None), pos + size
+        return members[int.from_bytes(data[pos:pos + size], "little")], pos + size
     return decode
 
 
@@ -411,26 +407,6 @@ class TableDecoder:
         return values, pos
 
 
-class _Decoders:
-    """One decoder per table object (the table-map cache hands out one object per distinct
-    table map), kept with the table so that an id is never reused while cached."""
-
-    MAX_ENTRIES = 4096
-
-    def __init__(self) -> None:
-        self._by_id: dict[int, tuple[Any, TableDecoder | None]] = {}
-
-    def get(self, table: Any) -> TableDecoder | None:
-        hit = self._by_id.get(id(table))
-        if hit is not None and hit[0] is table:
-            return hit[1]
-        decoder = TableDecoder.build(table.columns)
-        if len(self._by_id) >= self.MAX_ENTRIES:
-            self._by_id.clear()
-        self._by_id[id(table)] = (table, decoder)
-        return decoder
-
-
 class Stats:
     """Rows events decoded here, and those left to the reference (tests, profiling)."""
 
@@ -438,7 +414,9 @@ class Stats:
     referred = 0
 
 
-_decoders = _Decoders()
+# One decoder per table object (the table-map cache hands out one per distinct table map).
+_decoders: IdentityCache[Any, TableDecoder | None] = IdentityCache(
+    lambda table: TableDecoder.build(table.columns))
 
 
 def _all_present(data: bytes, pos: int, ncols: int) -> bool:

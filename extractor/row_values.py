@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 
 from thl_topics.event import ColumnSpec, ThlValue
 from thl_topics.values import format_datetime, format_time, set_to_thl, to_thl
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 Converter = Callable[[Any, str | None], ThlValue]
 """(value, none_source) -> THL value; none_source is set only when value is None."""
@@ -159,28 +162,33 @@ class TableShape:
         return out
 
 
-class _Shapes:
-    """One shape per columns list (the table-map cache hands out one table, so one list,
-    per distinct table map), kept with the list so that an id is never reused while
-    cached."""
+class IdentityCache(Generic[K, V]):
+    """Values built once per object (by identity, for objects that cannot be hashed, such
+    as pymysqlreplication's tables), each kept with its object so that an id is never
+    reused while cached. Bounded: past ``MAX_ENTRIES`` it starts over, which only costs a
+    rebuild."""
 
     MAX_ENTRIES = 4096
 
-    def __init__(self) -> None:
-        self._by_id: dict[int, tuple[Sequence[Any], TableShape]] = {}
+    def __init__(self, build: Callable[[K], V]) -> None:
+        self._build = build
+        self._by_id: dict[int, tuple[K, V]] = {}
 
-    def get(self, columns: Sequence[Any]) -> TableShape:
-        hit = self._by_id.get(id(columns))
-        if hit is not None and hit[0] is columns:
+    def get(self, key: K) -> V:
+        """The value built for this very object (built now if there is none)."""
+        hit = self._by_id.get(id(key))
+        if hit is not None and hit[0] is key:
             return hit[1]
-        shape = TableShape(columns)
+        value = self._build(key)
         if len(self._by_id) >= self.MAX_ENTRIES:
             self._by_id.clear()
-        self._by_id[id(columns)] = (columns, shape)
-        return shape
+        self._by_id[id(key)] = (key, value)
+        return value
 
 
-_shapes = _Shapes()
+# One shape per columns list: the table-map cache hands out one table, so one list, per
+# distinct table map.
+_shapes: IdentityCache[Sequence[Any], TableShape] = IdentityCache(TableShape)
 
 
 def shape_of(columns: Sequence[Any]) -> TableShape:

@@ -193,14 +193,13 @@ class TransactionAssembler:
                      for r in event.rows]
             before = [shape.values(r["before_values"], r.get("before_none_sources"))
                       for r in event.rows]
-        self._add_rows(txn, event, position, shape, action, after, before, len(event.rows))
+        self._add_rows(txn, event, position, shape, action, after, before)
 
     def _decoded_rows(self, event: DecodedRows, position: BinlogPosition) -> None:
         txn = self._taking(event, position)
         if txn is not None:
             after, before = event.images()
-            self._add_rows(txn, event, position, event.shape, event.action, after, before,
-                           len(before) if event.action is RowAction.DELETE else len(after))
+            self._add_rows(txn, event, position, event.shape, event.action, after, before)
 
     def _taking(self, event: Any, position: BinlogPosition) -> _Open | None:
         """The open transaction a rows event belongs to; None if its table is filtered."""
@@ -211,7 +210,9 @@ class TransactionAssembler:
 
     def _add_rows(self, txn: _Open, event: Any, position: BinlogPosition, shape: TableShape,
                   action: RowAction, after: list[list[ThlValue]],
-                  before: list[list[ThlValue]], nrows: int) -> None:
+                  before: list[list[ThlValue]]) -> None:
+        # Inserts and updates have an after image per row, deletes a before image.
+        nrows = len(after) or len(before)
         items = txn.items
         last = items[-1] if items else None
         if (isinstance(last, RowChange) and last.action is action
