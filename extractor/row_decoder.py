@@ -57,7 +57,8 @@ _V2 = (BINLOG.WRITE_ROWS_EVENT_V2, BINLOG.UPDATE_ROWS_EVENT_V2, BINLOG.DELETE_RO
 #: The OK byte, then the common header: timestamp, type, server id, size, next position,
 #: flags.
 _HEADER = struct.Struct("<xIBIIIH")
-_HEADER_END = 1 + 19
+_COMMON_HEADER_LEN = 19
+_HEADER_END = 1 + _COMMON_HEADER_LEN
 _CHECKSUM_LEN = 4
 _EPOCH = dt.datetime(1970, 1, 1)  # noqa: DTZ001 - the binlog's naive UTC, as the reference
 _LONG_MAX = (1 << 63) - 1
@@ -281,9 +282,11 @@ def _enum(size: int, members: Sequence[str] | None) -> ColumnDecoder:
 
 
 def _set(size: int, members: Sequence[str] | None, spec: ColumnSpec) -> ColumnDecoder:
+    known = tuple(members or ())  # no member names in the table map: every value is ''
+
     def decode(data: bytes, pos: int) -> tuple[ThlValue, int]:
         mask = int.from_bytes(data[pos:pos + size], "little")
-        chosen = [m for i, m in enumerate(members or ()) if mask >> i & 1]
+        chosen = [m for i, m in enumerate(known) if mask >> i & 1]
         return (set_to_thl(chosen, spec) if chosen else ""), pos + size
     return decode
 
@@ -449,7 +452,8 @@ def decode_packet(data: bytes, table_map: dict[int, Any], use_checksum: bool,
     if event_type in _V2 and int.from_bytes(data[28:30], "little") != 2:
         return None  # extra row data (NDB, partitions): the reference reads it
     pos = _HEADER_END + declared
-    end = 1 + event_size - (_CHECKSUM_LEN if use_checksum else 0)
+    trailer = _CHECKSUM_LEN if use_checksum else 0
+    end = 1 + event_size - trailer
     ncols = data[pos]
     if ncols >= 251 or ncols != len(decoder.decoders):
         return None  # 251+ columns are length-coded wider; a count that differs: reference
@@ -462,7 +466,7 @@ def decode_packet(data: bytes, table_map: dict[int, Any], use_checksum: bool,
     pos += images * bitmap
     Stats.decoded += 1
     # The reference's event size: without the common header and the checksum.
-    size = event_size - 19 - (_CHECKSUM_LEN if use_checksum else 0)
+    size = event_size - _COMMON_HEADER_LEN - trailer
     event = DecodedRows(action=kind[1], decoder=decoder, schema=table.schema,
                         table=table.table, timestamp=timestamp, event_size=size,
                         log_pos=log_pos, data=data, start=pos, end=end)
