@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -139,14 +139,21 @@ class ChangeReader:
             return self._avro(data, SerializationContext(topic, field))
         return json.loads(data, parse_float=Decimal)
 
-    def records(self, topics: Iterable[str], timeout: float = 30.0) -> Iterator[Change]:
-        """Every committed record of ``topics``, partition by partition, in offset order."""
+    def records(self, topics: Iterable[str], timeout: float = 30.0,
+                committed: bool = True) -> Iterator[Change]:
+        """Every committed record of ``topics``, partition by partition, in offset order
+        (``committed`` False: open and aborted transactions' records too, for diagnosis)."""
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "change-reader",
-                             "enable.auto.commit": False, "isolation.level": "read_committed",
+                             "enable.auto.commit": False,
+                             "isolation.level": "read_committed" if committed
+                             else "read_uncommitted",
+                             # Reading starts at each partition's beginning: a reset could
+                             # only skip records silently, so it fails instead.
+                             "auto.offset.reset": "error",
                              "enable.partition.eof": True})
         try:
             meta = consumer.list_topics(timeout=timeout)
-            parts = [TopicPartition(t, p, 0) for t in topics if t in meta.topics
+            parts = [TopicPartition(t, p, OFFSET_BEGINNING) for t in topics if t in meta.topics
                      for p in sorted(meta.topics[t].partitions)]
             if not parts:
                 return

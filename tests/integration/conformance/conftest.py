@@ -25,6 +25,7 @@ from stack.service import Service
 from stack.services.mariadb import MariaDB
 from stack.settings import REPO_ROOT
 from thl_topics.event import RowChange
+from thl_topics.reader import ThlReader
 from trep.config import ServiceConfig, load_config
 from trep.runner import Runner
 
@@ -204,9 +205,29 @@ class Conformance:
             tgt = [tuple(r) for r in self.kind.rows(self.schema, table)]
             src.sort(key=_sort_key)
             tgt.sort(key=_sort_key)
-            assert tgt == src, _diff(table.name, src, tgt)
+            if tgt != src:
+                raise AssertionError("\n".join((
+                    _diff(table.name, src, tgt), self.thl_changes(table),
+                    self.kind.explain(self.schema, table))))
             counts[table.name] = len(src)
         return counts
+
+    def thl_changes(self, table: Table) -> str:
+        """The THL's row changes of ``table``, one line per seqno: whether the extractor
+        published what a failed comparison misses."""
+        lines = [f"THL row changes of {table.name}:"]
+        with ThlReader(self.cfg.kafka.client(), self.cfg.thl_topic) as reader:
+            low, high = reader.watermarks()
+            for record in reader.records(low, high):
+                event = record.event
+                if event is None:
+                    continue
+                for item in event.data:
+                    if isinstance(item, RowChange) and item.schema == self.schema \
+                            and item.table == table.name:
+                        lines.append(f"  seqno {record.seqno}: {item.action.name} "
+                                     f"{item.column_values or item.key_values}")
+        return "\n".join(lines)
 
     def cleanup(self) -> None:
         try:

@@ -63,6 +63,11 @@ class Kind(abc.ABC):
     def server(self) -> Service:
         """The server to stop for the 'target down' test."""
 
+    def explain(self, schema: str, table: Table) -> str:
+        """What the target holds of ``table`` in more detail, printed when a comparison
+        fails (default: nothing more)."""
+        return ""
+
     @abc.abstractmethod
     def tamper(self, schema: str, table: Table, key: int, column: str, value: Any) -> None:
         """Change one value of one row on the target behind the replicator's back (the row

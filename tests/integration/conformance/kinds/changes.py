@@ -118,6 +118,28 @@ class ChangesKind(Kind):
         state = materialize(reader.records([self._topic(schema, table)]), bool(table.key))
         return [tuple(_comparable(c, row.get(c)) for c in table.columns) for row in state]
 
+    def explain(self, schema: str, table: Table) -> str:
+        """Every record of the table's topic, read committed and uncommitted, with each
+        partition's watermarks: whether a missing row was never published, aborted, or
+        beyond an open transaction."""
+        topic = self._topic(schema, table)
+        reader = ChangeReader(self.bootstrap, self.registry_url)
+        lines = [f"topic {topic}:"]
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "conformance-explain",
+                             "isolation.level": "read_committed"})
+        try:
+            meta = consumer.list_topics(topic, timeout=30).topics.get(topic)
+            for p in sorted(meta.partitions if meta is not None else {}):
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), 30)
+                lines.append(f"  partition {p}: low {low}, high (last stable) {high}")
+        finally:
+            consumer.close()
+        for committed in (True, False):
+            lines.append("  read_committed:" if committed else "  read_uncommitted:")
+            lines.extend(f"    p{c.partition} @{c.offset} seqno {c.seqno} row {c.row} {c.op} "
+                         f"{c.key}" for c in reader.records([topic], committed=committed))
+        return "\n".join(lines)
+
     def normalize(self, table: Table, row: Row) -> Row:
         return tuple(_comparable(c, v) for c, v in zip(table.columns, row, strict=True))
 
