@@ -125,15 +125,20 @@ class ChangesKind(Kind):
         topic = self._topic(schema, table)
         reader = ChangeReader(self.bootstrap, self.registry_url)
         lines = [f"topic {topic}:"]
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "conformance-explain",
-                             "isolation.level": "read_committed"})
-        try:
-            meta = consumer.list_topics(topic, timeout=30).topics.get(topic)
-            for p in sorted(meta.partitions if meta is not None else {}):
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), 30)
-                lines.append(f"  partition {p}: low {low}, high (last stable) {high}")
-        finally:
-            consumer.close()
+        ends: dict[str, dict[int, tuple[int, int]]] = {}
+        for level in ("read_committed", "read_uncommitted"):
+            consumer = Consumer({"bootstrap.servers": self.bootstrap,
+                                 "group.id": "conformance-explain", "isolation.level": level})
+            try:
+                meta = consumer.list_topics(topic, timeout=30).topics.get(topic)
+                ends[level] = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), 30)
+                               for p in sorted(meta.partitions if meta is not None else {})}
+            finally:
+                consumer.close()
+        # A last stable offset below the high watermark: a transaction still open there.
+        lines.extend(f"  partition {p}: low {low}, last stable {stable}, "
+                     f"high {ends['read_uncommitted'][p][1]}"
+                     for p, (low, stable) in ends["read_committed"].items())
         for committed in (True, False):
             lines.append("  read_committed:" if committed else "  read_uncommitted:")
             lines.extend(f"    p{c.partition} @{c.offset} seqno {c.seqno} row {c.row} {c.op} "
