@@ -217,8 +217,7 @@ class Conformance:
         published what a failed comparison misses."""
         lines = [f"THL row changes of {table.name}:"]
         with ThlReader(self.cfg.kafka.client(), self.cfg.thl_topic) as reader:
-            low, high = reader.watermarks()
-            for record in reader.records(low, high):
+            for record in reader.records(reader.watermarks()[0]):
                 event = record.event
                 if event is None:
                     continue

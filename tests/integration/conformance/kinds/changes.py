@@ -124,21 +124,12 @@ class ChangesKind(Kind):
         beyond an open transaction."""
         topic = self._topic(schema, table)
         reader = ChangeReader(self.bootstrap, self.registry_url)
-        lines = [f"topic {topic}:"]
-        ends: dict[str, dict[int, tuple[int, int]]] = {}
-        for level in ("read_committed", "read_uncommitted"):
-            consumer = Consumer({"bootstrap.servers": self.bootstrap,
-                                 "group.id": "conformance-explain", "isolation.level": level})
-            try:
-                meta = consumer.list_topics(topic, timeout=30).topics.get(topic)
-                ends[level] = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), 30)
-                               for p in sorted(meta.partitions if meta is not None else {})}
-            finally:
-                consumer.close()
+        committed_ends = _watermarks(self.bootstrap, topic, "read_committed")
+        all_ends = _watermarks(self.bootstrap, topic, "read_uncommitted")
         # A last stable offset below the high watermark: a transaction still open there.
-        lines.extend(f"  partition {p}: low {low}, last stable {stable}, "
-                     f"high {ends['read_uncommitted'][p][1]}"
-                     for p, (low, stable) in ends["read_committed"].items())
+        lines = [f"topic {topic}:"]
+        lines.extend(f"  partition {p}: low {low}, last stable {stable}, high {all_ends[p][1]}"
+                     for p, (low, stable) in committed_ends.items())
         for committed in (True, False):
             lines.append("  read_committed:" if committed else "  read_uncommitted:")
             lines.extend(f"    p{c.partition} @{c.offset} seqno {c.seqno} row {c.row} {c.op} "
@@ -207,6 +198,19 @@ class ChangesJsonKind(ChangesKind):
 
     def server(self) -> Service:
         return _RecoveredKafka(self.servers_up["kafka"])  # type: ignore[return-value]
+
+
+def _watermarks(bootstrap: str, topic: str, isolation: str) -> dict[int, tuple[int, int]]:
+    """(low, high) offsets of every partition of ``topic``; high is the last stable offset
+    when ``isolation`` is read_committed."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "conformance-explain",
+                         "isolation.level": isolation})
+    try:
+        meta = consumer.list_topics(topic, timeout=30).topics[topic]
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), 30)
+                for p in sorted(meta.partitions)}
+    finally:
+        consumer.close()
 
 
 def _raw(bootstrap: str, topic: str, partition: int, offset: int) -> tuple[bytes, bytes]:
