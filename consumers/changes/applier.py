@@ -287,7 +287,7 @@ class ChangesApplier:
         if topic not in admin.list_topics(timeout=30).topics:
             return
         registry = self.cfg.schema_registry.url if self.cfg.schema_registry else None
-        reader = ChangeReader(str(self.kafka["bootstrap.servers"]), registry)
+        reader = ChangeReader(self.kafka, registry)
         names = [c.name for c in check.specs]
         for row in materialize(reader.records([topic]), bool(check.key)):
             values = [thl_value_of(spec, row.get(spec.name)) for spec in check.specs]

@@ -6,6 +6,11 @@ semantic type the schema names (``io.debezium.time.MicroTimestamp`` -> ``datetim
 ``materialize`` folds a table's records into its current rows: the latest value per key for a
 table with a key, a replay of creates and deletes for one without; records whose (seqno, row)
 a partition already passed are dropped, as the README tells readers to do after a replay.
+
+"The end" of a topic is where it stood when reading began, every transaction decided: a
+producer's ``commit_transaction`` returns before the broker has written the commit markers
+into the partitions, and until then a ``read_committed`` consumer's end (the last stable
+offset) stops short of the records just committed. The reader waits for the markers first.
 """
 
 from __future__ import annotations
@@ -13,13 +18,22 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -109,8 +123,11 @@ def _connect_fields(struct: Mapping[str, Any]) -> FieldTypes:
 class ChangeReader:
     """Reads whole change topics, ``read_committed``, from their start to their end."""
 
-    def __init__(self, bootstrap: str, registry_url: str | None = None) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, kafka: str | Mapping[str, Any], registry_url: str | None = None
+                 ) -> None:
+        """``kafka``: bootstrap servers, or librdkafka client settings (security too)."""
+        self.kafka: dict[str, Any] = {"bootstrap.servers": kafka} if isinstance(kafka, str) \
+            else dict(kafka)
         self.registry = SchemaRegistryClient({"url": registry_url}) if registry_url else None
         self._avro = AvroDeserializer(self.registry) if self.registry else None
         self._schemas: dict[int, tuple[FieldTypes, dict[str, str]]] = {}
@@ -143,7 +160,7 @@ class ChangeReader:
                 committed: bool = True) -> Iterator[Change]:
         """Every committed record of ``topics``, partition by partition, in offset order
         (``committed`` False: open and aborted transactions' records too, for diagnosis)."""
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "change-reader",
+        consumer = Consumer({**self.kafka, "group.id": "change-reader",
                              "enable.auto.commit": False,
                              "isolation.level": "read_committed" if committed
                              else "read_uncommitted",
@@ -157,6 +174,8 @@ class ChangeReader:
                      for p in sorted(meta.topics[t].partitions)]
             if not parts:
                 return
+            if committed:
+                self._wait_decided(parts, timeout)
             consumer.assign(parts)
             left = {(p.topic, p.partition) for p in parts}
             while left:
@@ -172,6 +191,29 @@ class ChangeReader:
                 yield self._change(msg)
         finally:
             consumer.close()
+
+    def _wait_decided(self, parts: list[TopicPartition], timeout: float) -> None:
+        """Until every partition's last stable offset reaches the high watermark it has
+        now: the transactions committed (or aborted) before reading began have their
+        markers, so a read to the end sees them. Raises TimeoutError naming a partition whose
+        transaction stays open (a producer that died mid-transaction holds its partitions
+        until its transaction times out or its successor fences it)."""
+        admin = AdminClient(self.kafka)
+        ends = _offsets(admin, parts, IsolationLevel.READ_UNCOMMITTED, timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            stable = _offsets(admin, parts, IsolationLevel.READ_COMMITTED, timeout)
+            open_ = {where: (stable[where], end) for where, end in ends.items()
+                     if stable[where] < end}
+            if not open_:
+                return
+            if time.monotonic() > deadline:
+                (topic, partition), (lso, end) = sorted(open_.items())[0]
+                raise TimeoutError(
+                    f"{topic} partition {partition}: a transaction is still open at offset "
+                    f"{lso} (high watermark {end}) after {timeout} s; the records after it "
+                    f"are not readable until its producer commits or aborts it")
+            time.sleep(0.02)
 
     def _change(self, msg: Any) -> Change:
         topic = msg.topic()
@@ -223,6 +265,21 @@ class ChangeReader:
             return op, None, None
         row = self._row(value["record"], types, names)
         return op, (row if op == "d" else None), (None if op == "d" else row)
+
+
+def _offsets(admin: AdminClient, parts: list[TopicPartition], isolation: IsolationLevel,
+             timeout: float) -> dict[tuple[str, int], int]:
+    """The end offset of each partition: its high watermark (READ_UNCOMMITTED) or its last
+    stable offset (READ_COMMITTED)."""
+    try:
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        futures = admin.list_offsets({TopicPartition(p.topic, p.partition): latest
+                                      for p in parts}, isolation_level=isolation,
+                                     request_timeout=timeout)
+        return {(tp.topic, tp.partition): int(f.result(timeout).offset)
+                for tp, f in futures.items()}
+    except KafkaException as exc:
+        raise RuntimeError(f"reading change topics' end offsets: {exc}") from exc
 
 
 def _hashable(row: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
