@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from consumers.changes.reader import messages
 from replicator.control import ComponentNodes
 from replicator.zk import connect
 from stack.services.apicurio import service as apicurio
@@ -149,27 +150,8 @@ def measure_group(config: Path, service: str, zk_hosts: str, group: str, tail: i
 
 def read_back(bootstrap: str, topic: str) -> list[tuple[Any, Any, Any, Any]]:
     """(partition, key, value, headers) of every committed record of ``topic``."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-reader",
-                         "isolation.level": "read_committed", "enable.partition.eof": True,
-                         "enable.auto.commit": False})
-    try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
-        left, out = set(parts), []
-        while left:
-            msg = consumer.poll(30)
-            if msg is None:
-                raise SystemExit(f"no end of {topic}")
-            err = msg.error()
-            if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF:
-                    raise SystemExit(err.str())
-                left.discard(msg.partition())
-                continue
-            out.append((msg.partition(), msg.key(), msg.value(), msg.headers()))
-        return out
-    finally:
-        consumer.close()
+    return [(msg.partition(), msg.key(), msg.value(), msg.headers())
+            for msg in messages({"bootstrap.servers": bootstrap}, [topic])]
 
 
 def plain_producer(bootstrap: str, topic: str, records: list[tuple[Any, Any, Any, Any]],

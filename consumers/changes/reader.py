@@ -31,6 +31,7 @@ from confluent_kafka import (
     IsolationLevel,
     KafkaError,
     KafkaException,
+    Message,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
@@ -160,60 +161,8 @@ class ChangeReader:
                 committed: bool = True) -> Iterator[Change]:
         """Every committed record of ``topics``, partition by partition, in offset order
         (``committed`` False: open and aborted transactions' records too, for diagnosis)."""
-        consumer = Consumer({**self.kafka, "group.id": "change-reader",
-                             "enable.auto.commit": False,
-                             "isolation.level": "read_committed" if committed
-                             else "read_uncommitted",
-                             # Reading starts at each partition's beginning: a reset could
-                             # only skip records silently, so it fails instead.
-                             "auto.offset.reset": "error",
-                             "enable.partition.eof": True})
-        try:
-            meta = consumer.list_topics(timeout=timeout)
-            parts = [TopicPartition(t, p, OFFSET_BEGINNING) for t in topics if t in meta.topics
-                     for p in sorted(meta.topics[t].partitions)]
-            if not parts:
-                return
-            if committed:
-                self._wait_decided(parts, timeout)
-            consumer.assign(parts)
-            left = {(p.topic, p.partition) for p in parts}
-            while left:
-                msg = consumer.poll(timeout)
-                if msg is None:
-                    raise TimeoutError(f"no end of {sorted(left)} within {timeout} s")
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        left.discard((msg.topic() or "", msg.partition() or 0))
-                        continue
-                    raise RuntimeError(f"reading change topics: {err.str()}")
-                yield self._change(msg)
-        finally:
-            consumer.close()
-
-    def _wait_decided(self, parts: list[TopicPartition], timeout: float) -> None:
-        """Until every partition's last stable offset reaches the high watermark it has
-        now: the transactions committed (or aborted) before reading began have their
-        markers, so a read to the end sees them. Raises TimeoutError naming a partition whose
-        transaction stays open (a producer that died mid-transaction holds its partitions
-        until its transaction times out or its successor fences it)."""
-        admin = AdminClient(self.kafka)
-        ends = _offsets(admin, parts, IsolationLevel.READ_UNCOMMITTED, timeout)
-        deadline = time.monotonic() + timeout
-        while True:
-            stable = _offsets(admin, parts, IsolationLevel.READ_COMMITTED, timeout)
-            open_ = {where: (stable[where], end) for where, end in ends.items()
-                     if stable[where] < end}
-            if not open_:
-                return
-            if time.monotonic() > deadline:
-                (topic, partition), (lso, end) = sorted(open_.items())[0]
-                raise TimeoutError(
-                    f"{topic} partition {partition}: a transaction is still open at offset "
-                    f"{lso} (high watermark {end}) after {timeout} s; the records after it "
-                    f"are not readable until its producer commits or aborts it")
-            time.sleep(0.02)
+        for msg in messages(self.kafka, topics, timeout, committed):
+            yield self._change(msg)
 
     def _change(self, msg: Any) -> Change:
         topic = msg.topic()
@@ -265,6 +214,68 @@ class ChangeReader:
             return op, None, None
         row = self._row(value["record"], types, names)
         return op, (row if op == "d" else None), (None if op == "d" else row)
+
+
+def messages(kafka: Mapping[str, Any], topics: Iterable[str], timeout: float = 30.0,
+             committed: bool = True) -> Iterator[Message]:
+    """Every committed record of ``topics`` as Kafka returns it, from each partition's
+    beginning to its end as it stands now, every transaction decided (``committed`` False:
+    open and aborted transactions' records too, for diagnosis)."""
+    consumer = Consumer({**kafka, "group.id": "change-reader", "enable.auto.commit": False,
+                         "isolation.level": "read_committed" if committed
+                         else "read_uncommitted",
+                         # Reading starts at each partition's beginning: a reset could only
+                         # skip records silently, so it fails instead.
+                         "auto.offset.reset": "error",
+                         "enable.partition.eof": True})
+    try:
+        meta = consumer.list_topics(timeout=timeout)
+        parts = [TopicPartition(t, p, OFFSET_BEGINNING) for t in topics if t in meta.topics
+                 for p in sorted(meta.topics[t].partitions)]
+        if not parts:
+            return
+        if committed:
+            wait_decided(kafka, parts, timeout)
+        consumer.assign(parts)
+        left = {(p.topic, p.partition) for p in parts}
+        while left:
+            msg = consumer.poll(timeout)
+            if msg is None:
+                raise TimeoutError(f"no end of {sorted(left)} within {timeout} s")
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    left.discard((msg.topic() or "", msg.partition() or 0))
+                    continue
+                raise RuntimeError(f"reading change topics: {err.str()}")
+            yield msg
+    finally:
+        consumer.close()
+
+
+def wait_decided(kafka: Mapping[str, Any], parts: list[TopicPartition],
+                 timeout: float) -> None:
+    """Until every partition's last stable offset reaches the high watermark it has now:
+    the transactions committed (or aborted) before this call have their markers, so a
+    ``read_committed`` read to the end sees them. Raises TimeoutError naming a partition
+    whose transaction stays open (a producer that died mid-transaction holds its
+    partitions until its transaction times out or its successor fences it)."""
+    admin = AdminClient(dict(kafka))
+    ends = _offsets(admin, parts, IsolationLevel.READ_UNCOMMITTED, timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        stable = _offsets(admin, parts, IsolationLevel.READ_COMMITTED, timeout)
+        open_ = {where: (stable[where], end) for where, end in ends.items()
+                 if stable[where] < end}
+        if not open_:
+            return
+        if time.monotonic() > deadline:
+            (topic, partition), (lso, end) = sorted(open_.items())[0]
+            raise TimeoutError(
+                f"{topic} partition {partition}: a transaction is still open at offset "
+                f"{lso} (high watermark {end}) after {timeout} s; the records after it are "
+                f"not readable until its producer commits or aborts it")
+        time.sleep(0.02)
 
 
 def _offsets(admin: AdminClient, parts: list[TopicPartition], isolation: IsolationLevel,

@@ -9,35 +9,19 @@ import json
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from consumers.changes.applier import SEQNO_HEADER
+from consumers.changes.reader import messages
 
 from .conftest import ChangeService
 
 
 def _seqnos(svc: ChangeService, table: str) -> list[int]:
     """Seqnos of the committed change records (headers only: no registry needed)."""
-    consumer = Consumer({"bootstrap.servers": svc.bootstrap, "group.id": "bad-input",
-                         "isolation.level": "read_committed", "enable.partition.eof": True,
-                         "enable.auto.commit": False})
-    topic = svc.topic(table)
-    try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
-        left, seqnos = set(parts), []
-        while left:
-            msg = consumer.poll(30)
-            assert msg is not None
-            if msg.error() is not None:
-                assert msg.error().code() == KafkaError._PARTITION_EOF  # type: ignore[union-attr]
-                left.discard(msg.partition())
-            elif msg.value() is not None:
-                seqnos.append(int(dict(msg.headers() or [])[SEQNO_HEADER] or b"-1"))
-        return seqnos
-    finally:
-        consumer.close()
+    return [int(dict(msg.headers() or [])[SEQNO_HEADER] or b"-1")
+            for msg in messages({"bootstrap.servers": svc.bootstrap}, [svc.topic(table)])
+            if msg.value() is not None]
 
 
 def test_a_table_name_that_is_no_topic_name_stops_at_its_seqno(

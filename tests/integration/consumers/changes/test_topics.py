@@ -8,9 +8,9 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from consumers.changes.reader import messages
 from thl_topics.admin import describe_configs
 
 from .conftest import ChangeService
@@ -52,24 +52,8 @@ def java_partition(key: bytes, partitions: int) -> int:
 
 def _raw(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
     """(partition, key, value) of every committed record left in ``topic``."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "raw-reader",
-                         "isolation.level": "read_committed", "enable.partition.eof": True,
-                         "enable.auto.commit": False})
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        left, out = set(range(PARTITIONS)), []
-        while left:
-            msg = consumer.poll(30)
-            assert msg is not None, f"no end of {topic}"
-            err = msg.error()
-            if err is not None:
-                assert err.code() == KafkaError._PARTITION_EOF, err.str()
-                left.discard(msg.partition() or 0)
-                continue
-            out.append((msg.partition() or 0, msg.key(), msg.value()))
-        return out
-    finally:
-        consumer.close()
+    return [(msg.partition() or 0, msg.key(), msg.value())
+            for msg in messages({"bootstrap.servers": bootstrap}, [topic])]
 
 
 def test_compaction_keeps_the_last_value_per_key_and_drops_deleted_keys(

@@ -9,30 +9,15 @@ import json
 from collections.abc import Callable
 from decimal import Decimal
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-from consumers.changes.reader import ChangeReader, materialize
+from consumers.changes.reader import ChangeReader, materialize, messages
 
 from .conftest import ChangeService
 
 
 def _plain(svc: ChangeService, topic: str) -> list[tuple[bytes | None, bytes | None]]:
-    consumer = Consumer({"bootstrap.servers": svc.bootstrap, "group.id": "plain",
-                         "isolation.level": "read_committed", "enable.partition.eof": True,
-                         "enable.auto.commit": False})
-    try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        out: list[tuple[bytes | None, bytes | None]] = []
-        while True:
-            msg = consumer.poll(30)
-            assert msg is not None
-            err = msg.error()
-            if err is not None:
-                assert err.code() == KafkaError._PARTITION_EOF, err.str()
-                return out
-            out.append((msg.key(), msg.value()))
-    finally:
-        consumer.close()
+    """(key, value) of every committed record of a one-partition topic, in order."""
+    return [(msg.key(), msg.value())
+            for msg in messages({"bootstrap.servers": svc.bootstrap}, [topic])]
 
 
 def test_tungsten_messages_in_json_and_avro(make_service: Callable[..., ChangeService]) -> None:
