@@ -283,13 +283,20 @@ class ChangesApplier:
         from consumers.changes.reader import ChangeReader, materialize
 
         topic = self.names.topic(check.schema, check.table, -1)
-        admin = AdminClient(self.kafka)
-        if topic not in admin.list_topics(timeout=30).topics:
-            return
         registry = self.cfg.schema_registry.url if self.cfg.schema_registry else None
-        reader = ChangeReader(self.kafka, registry)
+        try:
+            if topic not in AdminClient(self.kafka).list_topics(timeout=30).topics:
+                return
+            reader = ChangeReader(self.kafka, registry)
+            rows = materialize(reader.records([topic], self.cfg.transaction_timeout_s),
+                               bool(check.key))
+        except (KafkaException, TimeoutError, RuntimeError) as exc:
+            # Kafka away, or a transaction of another producer still open in the topic:
+            # the check block rolls back and the check runs again.
+            raise TransientError(f"{self.target}: reading {topic} back for a consistency "
+                                 f"check: {exc}") from exc
         names = [c.name for c in check.specs]
-        for row in materialize(reader.records([topic]), bool(check.key)):
+        for row in rows:
             values = [thl_value_of(spec, row.get(spec.name)) for spec in check.specs]
             if check.key and not check.contains([values[names.index(k)] for k in check.key]):
                 continue

@@ -106,7 +106,9 @@ class ChangesTarget(BaseModel):
     #: The compacted topic that holds the group's position, written in the same Kafka
     #: transaction as the records; default ``tungsten_{service}.{group}.positions``.
     positions_topic: str | None = None
-    #: Seconds a Kafka transaction commit (or the producer's start) may take.
+    #: Seconds a Kafka transaction commit (or the producer's start) may take; also how long
+    #: a consistency check waits for a transaction left open in a topic it reads back
+    #: (then it is retried).
     transaction_timeout_s: float = Field(60.0, gt=0)
     #: Largest record the producer sends.
     max_message_bytes: int = Field(8 * 1024 * 1024, ge=1024 * 1024)

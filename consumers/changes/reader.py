@@ -234,8 +234,7 @@ def messages(kafka: Mapping[str, Any], topics: Iterable[str], timeout: float = 3
                  for p in sorted(meta.topics[t].partitions)]
         if not parts:
             return
-        if committed:
-            wait_decided(kafka, parts, timeout)
+        ends = wait_decided(kafka, parts, timeout) if committed else {}
         consumer.assign(parts)
         left = {(p.topic, p.partition) for p in parts}
         while left:
@@ -245,7 +244,13 @@ def messages(kafka: Mapping[str, Any], topics: Iterable[str], timeout: float = 3
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
-                    left.discard((msg.topic() or "", msg.partition() or 0))
+                    where = (msg.topic() or "", msg.partition() or 0)
+                    at = msg.offset()
+                    # An end short of where the partition stood when reading began is no
+                    # end: the records up to there are decided, so keep reading (or time
+                    # out, loudly) rather than stop before some of them.
+                    if at is None or at >= ends.get(where, 0):
+                        left.discard(where)
                     continue
                 raise RuntimeError(f"reading change topics: {err.str()}")
             yield msg
@@ -254,12 +259,13 @@ def messages(kafka: Mapping[str, Any], topics: Iterable[str], timeout: float = 3
 
 
 def wait_decided(kafka: Mapping[str, Any], parts: list[TopicPartition],
-                 timeout: float) -> None:
+                 timeout: float) -> dict[tuple[str, int], int]:
     """Until every partition's last stable offset reaches the high watermark it has now:
     the transactions committed (or aborted) before this call have their markers, so a
-    ``read_committed`` read to the end sees them. Raises TimeoutError naming a partition
-    whose transaction stays open (a producer that died mid-transaction holds its
-    partitions until its transaction times out or its successor fences it)."""
+    ``read_committed`` read to the end sees them. Those high watermarks, by (topic,
+    partition). Raises TimeoutError naming a partition whose transaction stays open (a
+    producer that died mid-transaction holds its partitions until its transaction times
+    out or its successor fences it)."""
     admin = AdminClient(dict(kafka))
     ends = _offsets(admin, parts, IsolationLevel.READ_UNCOMMITTED, timeout)
     deadline = time.monotonic() + timeout
@@ -268,7 +274,7 @@ def wait_decided(kafka: Mapping[str, Any], parts: list[TopicPartition],
         open_ = {where: (stable[where], end) for where, end in ends.items()
                  if stable[where] < end}
         if not open_:
-            return
+            return ends
         if time.monotonic() > deadline:
             (topic, partition), (lso, end) = sorted(open_.items())[0]
             raise TimeoutError(

@@ -6,13 +6,18 @@ changed a good table leaves no record of it either."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
+from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from consumers.changes.applier import SEQNO_HEADER
 from consumers.changes.reader import messages
+from stack.settings import REPO_ROOT
 
 from .conftest import ChangeService
 
@@ -105,3 +110,39 @@ def test_a_registry_that_is_down_is_retried_and_nothing_is_published_half(
         svc.registry.start()
     svc.wait_source_applied(timeout=180)
     assert _seqnos(svc, "good").count(seqno) == 1 and _seqnos(svc, "fresh") == [seqno]
+
+
+def test_a_check_meeting_a_transaction_left_open_in_the_topic_is_retried(
+        make_service: Callable[..., ChangeService]) -> None:
+    """Another producer's transaction open in a change topic hides what follows it from a
+    read_committed reader: the group's consistency check waits for it, says so while it
+    retries, and compares once the transaction is decided (never "different" meanwhile)."""
+    svc = make_service({"g": {"format": "json", "transaction_timeout_s": 6}})
+    s = svc.schema
+    svc.src(f"CREATE TABLE {s}.t (id INT PRIMARY KEY, v VARCHAR(10))")
+    svc.start()
+    svc.src(f"INSERT INTO {s}.t VALUES (1, 'a'), (2, 'b')")
+    svc.wait_source_applied()
+    stray = Producer({"bootstrap.servers": svc.bootstrap, "transactional.id": f"{s}-stray"})
+    stray.init_transactions(30)
+    stray.begin_transaction()
+    stray.produce(svc.topic("t"), key=b"stray", value=None, partition=0)
+    stray.flush(30)
+    check = subprocess.Popen([sys.executable, "-m", "trep.trepctl", "-c", str(svc.config_path),
+                              "check", f"{s}.t", "-timeout", "120"], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT,
+                             env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
+    try:
+        deadline = time.monotonic() + 60
+        while "transaction is still open" not in (status := svc.status("g")).get(
+                "pendingExceptionMessage", ""):
+            assert time.monotonic() < deadline, status
+            assert check.poll() is None, check.communicate()[0]
+            time.sleep(0.2)
+        assert f"{svc.topic('t')} partition 0" in status["pendingExceptionMessage"], status
+    finally:
+        stray.abort_transaction(30)
+    out = check.communicate(timeout=120)[0]
+    assert check.returncode == 0, out
+    assert f"{s}.t" in out and "equal (2 rows" in out, out
+    assert svc.status("g")["state"] == "ONLINE"
