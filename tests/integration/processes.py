@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import subprocess
+import time
+from collections.abc import Callable, Sequence
 
 
 def kill_leftovers(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -11,3 +13,21 @@ def kill_leftovers(procs: list[subprocess.Popen[bytes]]) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait(30)
+
+
+def spawn_until_logged(spawn: Callable[[], subprocess.Popen[bytes]], read_log: Callable[[], str],
+                       texts: Sequence[str], timeout: float = 120.0) -> subprocess.Popen[bytes]:
+    """A process from ``spawn``, once the log it shares with its predecessors shows each of
+    ``texts`` once more than before it started (so the new process got there). Fails if it
+    exits first or takes longer than ``timeout``."""
+    before = read_log()
+    counts = {text: before.count(text) for text in texts}
+    proc = spawn()
+    deadline = time.monotonic() + timeout
+    while True:
+        log = read_log()
+        if all(log.count(text) > n for text, n in counts.items()):
+            return proc
+        assert proc.poll() is None, log[-3000:]
+        assert time.monotonic() < deadline, f"never logged {list(texts)}:\n{log[-3000:]}"
+        time.sleep(0.1)
