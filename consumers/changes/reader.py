@@ -288,8 +288,8 @@ def _offsets(admin: AdminClient, parts: list[TopicPartition], isolation: Isolati
              timeout: float) -> dict[tuple[str, int], int]:
     """The end offset of each partition: its high watermark (READ_UNCOMMITTED) or its last
     stable offset (READ_COMMITTED)."""
+    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
     try:
-        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
         futures = admin.list_offsets({TopicPartition(p.topic, p.partition): latest
                                       for p in parts}, isolation_level=isolation,
                                      request_timeout=timeout)
