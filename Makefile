@@ -16,8 +16,10 @@ help:
 	@echo "make lint          ruff + mypy"
 	@echo "make clean         stop everything and remove .run/ (data and logs)"
 
-# The venv is rebuilt only when pyproject.toml changes; pip's own cache makes a rebuild cheap.
-$(STAMP): pyproject.toml
+# The venv is rebuilt only when its inputs change; pip's own cache makes a rebuild cheap.
+# The compiled modules (setup.py) are built in place by the editable install, again when
+# their sources change.
+$(STAMP): pyproject.toml setup.py $(wildcard */*.pyx)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11) and "Python 3.11 is required")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip

@@ -37,6 +37,7 @@ from pymysqlreplication.row_event import (
 )
 
 from extractor import table_map_cache
+from extractor._row_images import RowReader
 from extractor.binlog_fixes import read_time2
 from extractor.row_values import IdentityCache, TableShape, shape_of
 from thl_topics.event import ColumnSpec, RowAction, ThlValue
@@ -44,6 +45,22 @@ from thl_topics.values import format_datetime, format_time, set_to_thl, to_thl
 
 #: (packet bytes, offset) -> (THL value, offset after it).
 ColumnDecoder = Callable[[bytes, int], tuple[ThlValue, int]]
+
+# What the compiled reader (extractor/_row_images.pyx) reads itself, by column kind; K_PY
+# columns it reads through their Python decoder. Keep in step with the .pyx.
+(K_PY, K_I8, K_U8, K_I16, K_U16, K_I24, K_U24, K_I32, K_U32, K_I64, K_U64, K_F32, K_F64,
+ K_TEXT, K_BYTES) = range(15)
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """How one column's non-NULL values are read: its Python decoder, and the compiled
+    reader's kind for it with the kind's width (a string's: its length prefix) and codec."""
+
+    decode: ColumnDecoder
+    kind: int = K_PY
+    size: int = 0
+    encoding: str | None = None
 
 _ROWS_EVENTS: dict[int, tuple[type[RowsEvent], RowAction]] = {
     BINLOG.WRITE_ROWS_EVENT_V1: (WriteRowsEvent, RowAction.INSERT),
@@ -95,28 +112,18 @@ class DecodedRows:
     def images(self) -> tuple[list[list[ThlValue]], list[list[ThlValue]]]:
         """(after, before) as THL values in column order: the inserted rows and updated
         rows' new images; the deleted rows and updated rows' old images."""
-        data, pos, end, row = self.data, self.start, self.end, self.decoder.row
-        after: list[list[ThlValue]] = []
-        before: list[list[ThlValue]] = []
-        if self.action is RowAction.INSERT:
-            while pos < end:
-                values, pos = row(data, pos)
-                after.append(values)
-        elif self.action is RowAction.DELETE:
-            while pos < end:
-                values, pos = row(data, pos)
-                before.append(values)
-        else:
-            while pos < end:
-                old, pos = row(data, pos)
-                new, pos = row(data, pos)
-                before.append(old)
-                after.append(new)
-        if pos != end:
+        try:
+            rows = self.decoder.reader.rows(self.data, self.start, self.end)
+            if self.action is RowAction.INSERT:
+                return rows, []
+            if self.action is RowAction.DELETE:
+                return [], rows
+            if len(rows) % 2:
+                raise ValueError(f"{len(rows)} row images, not pairs of before and after")
+        except ValueError as exc:
             raise ValueError(f"rows event of {self.schema}.{self.table} ending at binlog "
-                             f"position {self.log_pos}: its row images end at byte {pos} "
-                             f"of the packet, the event at byte {end}")
-        return after, before
+                             f"position {self.log_pos}: {exc}") from exc
+        return rows[1::2], rows[0::2]
 
 
 @dataclass(slots=True)
@@ -158,7 +165,7 @@ def _length(size: int) -> Callable[[bytes, int], int]:
     return lambda data, pos: int.from_bytes(data[pos:pos + size], "little")
 
 
-def _text(size: int, encoding: str | None) -> ColumnDecoder:
+def _text(size: int, encoding: str | None) -> Column:
     """A length-prefixed string: text in ``encoding``, or bytes (None: binary)."""
     length = _length(size)
     if encoding is None:
@@ -166,13 +173,13 @@ def _text(size: int, encoding: str | None) -> ColumnDecoder:
             n = length(data, pos)
             start = pos + size
             return data[start:start + n], start + n
-        return raw
+        return Column(raw, K_BYTES, size)
 
     def text(data: bytes, pos: int) -> tuple[ThlValue, int]:
         n = length(data, pos)
         start = pos + size
         return data[start:start + n].decode(encoding), start + n
-    return text
+    return Column(text, K_TEXT, size, encoding)
 
 
 def _encoding(column: Any) -> tuple[bool, str | None]:
@@ -325,25 +332,29 @@ def _decimal(precision: int, scale: int) -> ColumnDecoder:
 
 
 _INTEGERS = {
-    FIELD_TYPE.TINY: ("<b", "<B"), FIELD_TYPE.SHORT: ("<h", "<H"),
-    FIELD_TYPE.LONG: ("<i", "<I"), FIELD_TYPE.LONGLONG: ("<q", None),
+    FIELD_TYPE.TINY: ((K_I8, "<b"), (K_U8, "<B")), FIELD_TYPE.SHORT: ((K_I16, "<h"), (K_U16, "<H")),
+    FIELD_TYPE.LONG: ((K_I32, "<i"), (K_U32, "<I")), FIELD_TYPE.LONGLONG: ((K_I64, "<q"), None),
 }
 
 
-def column_decoder(column: Any, spec: ColumnSpec) -> ColumnDecoder | None:
-    """The decoder of one column's non-NULL values (None: only the reference decodes it)."""
+def _fixed_column(kind: int, fmt: str) -> Column:
+    return Column(_fixed(fmt), kind, struct.calcsize(fmt))
+
+
+def column_decoder(column: Any, spec: ColumnSpec) -> Column | None:
+    """How one column's non-NULL values are read (None: only the reference decodes it)."""
     t = column.type
     if t in _INTEGERS:
         signed, unsigned = _INTEGERS[t]
         if column.unsigned:
-            return _fixed(unsigned) if unsigned else _ubigint
-        return _fixed(signed)
+            return _fixed_column(*unsigned) if unsigned else Column(_ubigint, K_U64, 8)
+        return _fixed_column(*signed)
     if t == FIELD_TYPE.INT24:
-        return _int24(bool(column.unsigned))
+        return Column(_int24(bool(column.unsigned)), K_U24 if column.unsigned else K_I24, 3)
     if t == FIELD_TYPE.FLOAT:
-        return _fixed("<f")
+        return _fixed_column(K_F32, "<f")
     if t == FIELD_TYPE.DOUBLE:
-        return _fixed("<d")
+        return _fixed_column(K_F64, "<d")
     if t in (FIELD_TYPE.VARCHAR, FIELD_TYPE.STRING, FIELD_TYPE.BLOB):
         exact, encoding = _encoding(column)
         if not exact:
@@ -351,6 +362,13 @@ def column_decoder(column: Any, spec: ColumnSpec) -> ColumnDecoder | None:
         size = column.length_size if t == FIELD_TYPE.BLOB else \
             (2 if column.max_length > 255 else 1)
         return _text(size, encoding)
+    decode = _other(column, spec)
+    return None if decode is None else Column(decode)
+
+
+def _other(column: Any, spec: ColumnSpec) -> ColumnDecoder | None:
+    """The Python decoder of a column kind the compiled reader leaves to Python."""
+    t = column.type
     if t == FIELD_TYPE.NEWDECIMAL:
         return _decimal(column.precision, column.decimals)
     if t == FIELD_TYPE.DATETIME2:
@@ -373,14 +391,19 @@ def column_decoder(column: Any, spec: ColumnSpec) -> ColumnDecoder | None:
 
 
 class TableDecoder:
-    """Row images of one table map, FULL image: a NULL bitmap, then each non-NULL value."""
+    """Row images of one table map, FULL image: a NULL bitmap, then each non-NULL value.
 
-    __slots__ = ("bitmap_len", "decoders", "shape")
+    ``reader`` (compiled) reads them on the extractor's path; ``row`` is the same in Python,
+    one closure per column, which the unit tests hold the compiled reader to."""
 
-    def __init__(self, shape: TableShape, decoders: list[ColumnDecoder]) -> None:
+    __slots__ = ("bitmap_len", "decoders", "reader", "shape")
+
+    def __init__(self, shape: TableShape, columns: list[Column]) -> None:
         self.shape = shape
-        self.decoders = decoders
-        self.bitmap_len = (len(decoders) + 7) // 8
+        self.decoders = [c.decode for c in columns]
+        self.bitmap_len = (len(columns) + 7) // 8
+        self.reader = RowReader([c.kind for c in columns], [c.size for c in columns],
+                                [c.encoding or "" for c in columns], self.decoders)
 
     @classmethod
     def build(cls, columns: Sequence[Any]) -> TableDecoder | None:

@@ -36,6 +36,7 @@ from tenacity import (
 )
 
 from extractor import binlog_fixes, row_decoder, table_map_cache
+from extractor.binlog_connection import BinlogConnection
 from extractor.check import Checker
 from extractor.config import ExtractorConfig
 from extractor.errors import (
@@ -319,6 +320,7 @@ class Extractor:
             is_mariadb=False,
             # Its start-up log lists every parameter; ours says what matters, secrets aside.
             enable_logging=False,
+            pymysql_wrapper=BinlogConnection,
         )
 
     def _initial_position(self) -> BinlogPosition:

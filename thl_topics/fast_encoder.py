@@ -6,8 +6,9 @@ its branches one by one. On the extractor's hot path (many small row changes of 
 that was 17% of all time (PERF.md). This writer knows the one schema it writes
 (``thl_event.v1.avsc``; ``ThlCodec`` checks that it is still the newest) and keeps the
 encoded column specs of each table shape, which are the same bytes for every row change of
-that table. ``tests/unit/thl_topics/test_fast_encoder.py`` proves it equal to fastavro's
-output on every kind of value.
+that table; the rows themselves are written by compiled code (``_avro_rows.pyx``).
+``tests/unit/thl_topics/test_fast_encoder.py`` proves it equal to fastavro's output on every
+kind of value.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
+from thl_topics._avro_rows import encode_rows
 from thl_topics.event import ColumnSpec, RowAction, RowChange, Statement, ThlEvent, ThlValue
 
 #: Fingerprint (hex) of the schema this writer produces; the codec uses it only for that one.
@@ -80,33 +82,8 @@ def _specs(specs: Sequence[ColumnSpec]) -> bytes:
 
 
 def _rows(rows: Sequence[Sequence[ThlValue]], out: list[bytes]) -> None:
-    if not rows:
-        out.append(b"\x00")
-        return
-    out.append(_size(len(rows)))
-    append = out.append
-    for row in rows:
-        if not row:
-            append(b"\x00")
-            continue
-        append(_size(len(row)))
-        for value in row:
-            # Exact types, as fastavro's union resolution sees them (a bool is no long).
-            if value is None:
-                append(b"\x00")
-            elif type(value) is int:
-                append(b"\x02" + _long(value))
-            elif type(value) is str:
-                raw = value.encode()
-                append(b"\x06" + _size(len(raw)) + raw)
-            elif type(value) is bytes:
-                append(b"\x08" + _size(len(value)) + value)
-            elif type(value) is float:
-                append(b"\x04" + _pack_double(value))
-            else:
-                raise TypeError(f"no THL union branch for {type(value).__name__}: {value!r}")
-        append(b"\x00")
-    out.append(b"\x00")
+    # A typed loop (thl_topics/_avro_rows.pyx): rows are most of an event's values.
+    out.append(encode_rows(rows, _long))
 
 
 def _map(values: dict[str, str], out: list[bytes]) -> None:

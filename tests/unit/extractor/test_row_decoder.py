@@ -303,3 +303,66 @@ def test_a_partial_zero_date_is_the_zero_date() -> None:
     assert decoded is not None and decoded.event is not None
     assert decoded.event.images() == ([["0000-00-00", "0000-00-00 00:00:00"]], [])
     assert _reference(data, table) == decoded.event.images()
+
+
+def _python_rows(decoder: row_decoder.TableDecoder, data: bytes, pos: int,
+                 end: int) -> list[list[ThlValue]]:
+    rows = []
+    while pos < end:
+        values, pos = decoder.row(data, pos)
+        rows.append(values)
+    assert pos == end
+    return rows
+
+
+def test_the_compiled_reader_reads_as_the_python_decoders() -> None:
+    """Every column kind, the compiled ones and those it hands to Python, value and type."""
+    columns = _columns()
+    decoder = row_decoder.TableDecoder.build(columns)
+    assert decoder is not None
+    rng = random.Random(3)
+    for _ in range(300):
+        rows = b"".join(_image(rng, columns) for _ in range(rng.randrange(1, 8)))
+        data = b"head" + rows + b"tail"
+        want = _python_rows(decoder, data, 4, 4 + len(rows))
+        got = decoder.reader.rows(data, 4, 4 + len(rows))
+        assert len(got) == len(want)
+        for row_want, row_got in zip(want, got, strict=True):
+            for column, w, g in zip(columns, row_want, row_got, strict=True):
+                assert type(g) is type(w) and g == w, f"{column.name}: {g!r} != {w!r}"
+
+
+def test_a_cut_row_image_is_an_error_never_a_read_past_the_packet() -> None:
+    columns = [_column("id", FIELD_TYPE.LONG, is_primary=True),
+               _column("big", FIELD_TYPE.LONGLONG, unsigned=True),
+               _column("vc", FIELD_TYPE.VARCHAR, max_length=300, character_set_name="utf8mb4"),
+               _column("bl", FIELD_TYPE.BLOB, length_size=4, character_set_name="binary"),
+               _column("d", FIELD_TYPE.NEWDECIMAL, precision=10, decimals=2)]
+    decoder = row_decoder.TableDecoder.build(columns)
+    assert decoder is not None
+    rng = random.Random(5)
+    images = [_image(rng, columns) for _ in range(4)]
+    data = b"".join(images)
+    bounds = {sum(len(i) for i in images[:n]): n for n in range(len(images) + 1)}
+    for cut in range(len(data) + 1):
+        if cut in bounds:  # whole images: those rows
+            assert len(decoder.reader.rows(data[:cut], 0, cut)) == bounds[cut]
+        else:
+            with pytest.raises(ValueError, match="byte"):
+                decoder.reader.rows(data[:cut], 0, cut)
+    with pytest.raises(ValueError, match="past the packet"):
+        decoder.reader.rows(data, 0, len(data) + 1)
+    # A length prefix that claims more than the packet holds.
+    lying = b"\x00" + b"\x01\x00\x00\x00" + bytes(8) + b"\xff\xff" + b"abc"
+    with pytest.raises(ValueError, match="run past"):
+        decoder.reader.rows(lying, 0, len(lying))
+
+
+def test_an_update_with_an_odd_number_of_images_is_an_error() -> None:
+    columns = [_column("id", FIELD_TYPE.LONG, is_primary=True)]
+    table = Table(3, "s", "t", columns)
+    data = _packet(BINLOG.UPDATE_ROWS_EVENT_V1, 3, 1, b"\x00" + b"\x01\x00\x00\x00")
+    decoded = row_decoder.decode_packet(data, {3: table}, True, None)
+    assert decoded is not None and decoded.event is not None
+    with pytest.raises(ValueError, match=r"s\.t ending at binlog position 4242: 1 row images"):
+        decoded.event.images()

@@ -1,0 +1,13 @@
+"""The compiled part of the project: typed loops where the extractor's CPU goes.
+
+Everything else is in pyproject.toml. ``make venv`` builds the extension in place
+(``build_ext --inplace``), so a checkout run with ``PYTHONPATH`` set finds it too.
+"""
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+setup(ext_modules=cythonize(
+    [Extension("extractor._row_images", ["extractor/_row_images.pyx"]),
+     Extension("thl_topics._avro_rows", ["thl_topics/_avro_rows.pyx"])],
+    compiler_directives={"language_level": "3"}, quiet=True))
