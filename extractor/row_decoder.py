@@ -5,9 +5,11 @@ every row into a dict of Python values that :mod:`extractor.row_values` then con
 one single-row statement per event (the common OLTP case) that per-event work is most of the
 extractor's parse time (stop 22's profile: ``BinLogPacketWrapper.__init__`` alone was 5.3 s of
 13.7 s). This module keeps pymysqlreplication's protocol loop (connection, packets, rotation,
-table maps, every other event) and replaces only how a rows event of a known table becomes
+table maps, every other event) and replaces how a rows event of a known table becomes
 values: one decoder per distinct table map, built once, reads the row images from the packet
-bytes and produces the same THL values :class:`extractor.row_values.TableShape` would.
+bytes (in compiled code, ``_row_images.pyx``, for the common column kinds) and produces the
+same THL values :class:`extractor.row_values.TableShape` would. Its packet wrapper also
+hands out GTID and XID events read by :mod:`extractor.light_events`.
 
 Exactness is the rule, so the fast path only takes what it decodes exactly as the reference:
 a table with a column type it does not know (MySQL's binary JSON, GEOMETRY, the pre-5.6
