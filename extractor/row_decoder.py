@@ -8,8 +8,7 @@ extractor's parse time (stop 22's profile: ``BinLogPacketWrapper.__init__`` alon
 table maps, every other event) and replaces how a rows event of a known table becomes
 values: one decoder per distinct table map, built once, reads the row images from the packet
 bytes (in compiled code, ``_row_images.pyx``, for the common column kinds) and produces the
-same THL values :class:`extractor.row_values.TableShape` would. Its packet wrapper also
-hands out GTID and XID events read by :mod:`extractor.light_events`.
+same THL values :class:`extractor.row_values.TableShape` would.
 
 Exactness is the rule, so the fast path only takes what it decodes exactly as the reference:
 a table with a column type it does not know (MySQL's binary JSON, GEOMETRY, the pre-5.6
@@ -30,7 +29,6 @@ from typing import Any
 
 from pymysqlreplication import binlogstream
 from pymysqlreplication.constants import BINLOG, FIELD_TYPE
-from pymysqlreplication.event import MariadbGtidEvent, XidEvent
 from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import (
     DeleteRowsEvent,
@@ -42,7 +40,6 @@ from pymysqlreplication.row_event import (
 from extractor import table_map_cache
 from extractor._row_images import RowReader
 from extractor.binlog_fixes import read_time2
-from extractor.light_events import light_event
 from extractor.row_values import IdentityCache, TableShape, shape_of
 from thl_topics.event import ColumnSpec, RowAction, ThlValue
 from thl_topics.values import format_datetime, format_time, set_to_thl, to_thl
@@ -74,9 +71,6 @@ _ROWS_EVENTS: dict[int, tuple[type[RowsEvent], RowAction]] = {
     BINLOG.DELETE_ROWS_EVENT_V1: (DeleteRowsEvent, RowAction.DELETE),
     BINLOG.DELETE_ROWS_EVENT_V2: (DeleteRowsEvent, RowAction.DELETE),
 }
-#: Events read by extractor.light_events when the stream hands them out.
-_LIGHT_EVENTS: dict[int, type[Any]] = {BINLOG.MARIADB_GTID_EVENT: MariadbGtidEvent,
-                                       BINLOG.XID_EVENT: XidEvent}
 _V2 = (BINLOG.WRITE_ROWS_EVENT_V2, BINLOG.UPDATE_ROWS_EVENT_V2, BINLOG.DELETE_ROWS_EVENT_V2)
 #: The OK byte, then the common header: timestamp, type, server id, size, next position,
 #: flags.
@@ -136,10 +130,9 @@ class DecodedRows:
 @dataclass(slots=True)
 class _Decoded:
     """What pymysqlreplication's fetch loop reads of a packet wrapper: the header fields
-    and the event (DecodedRows, a light GTID/XID event, or None: nothing to hand out, as
-    for a table map)."""
+    and the event (None: nothing to hand out, as for a table map)."""
 
-    event: Any
+    event: DecodedRows | None
     event_type: int
     log_pos: int
     timestamp: int
@@ -510,7 +503,7 @@ def _wrapper(pkt: Any, table_map: dict[int, Any], ctl_connection: Any, mysql_ver
              ignore_decode_errors: Any, verify_checksum: Any, *rest: Any,
              **kwargs: Any) -> Any:
     """pymysqlreplication's packet wrapper, or what this module reads itself where that is
-    exact: a rows event it decodes, a table map already parsed, a GTID or XID event."""
+    exact: a rows event it decodes, a table map already parsed."""
     data = getattr(pkt, "_data", None)
     if (type(data) is bytes and len(data) > _HEADER_END + 8
             and getattr(pkt, "_position", None) == 0
@@ -533,10 +526,6 @@ def _wrapper(pkt: Any, table_map: dict[int, Any], ctl_connection: Any, mysql_ver
             if decoded is not None:
                 return decoded
             Stats.referred += 1
-        elif event_type in _LIGHT_EVENTS and _LIGHT_EVENTS[event_type] in allowed_events:
-            event = light_event(data, use_checksum)
-            if event is not None:
-                return _Decoded(event, event_type, event.packet.log_pos, event.timestamp)
     return BinLogPacketWrapper(pkt, table_map, ctl_connection, mysql_version, use_checksum,
                                allowed_events, only_tables, ignored_tables, only_schemas,
                                ignored_schemas, freeze_schema, ignore_decode_errors,
