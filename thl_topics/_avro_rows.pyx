@@ -56,12 +56,17 @@ cdef int _long(Buffer* b, int64_t value) except -1:
     return 0
 
 
-cdef int _raw(Buffer* b, const char* data, Py_ssize_t n) except -1:
-    _long(b, n)
+cdef int _put(Buffer* b, const void* data, Py_ssize_t n) except -1:
     _reserve(b, n)
     memcpy(b.data + b.size, data, n)
     b.size += n
     return 0
+
+
+cdef int _raw(Buffer* b, const char* data, Py_ssize_t n) except -1:
+    """Avro bytes/string: the length, then the bytes."""
+    _long(b, n)
+    return _put(b, data, n)
 
 
 cdef int _byte(Buffer* b, uint8_t value) except -1:
@@ -105,9 +110,7 @@ def encode_rows(rows, big_long):
                         _byte(&b, 2)
                         if overflow:
                             big = big_long(value)
-                            _reserve(&b, PyBytes_GET_SIZE(big))
-                            memcpy(b.data + b.size, PyBytes_AS_STRING(big), PyBytes_GET_SIZE(big))
-                            b.size += PyBytes_GET_SIZE(big)
+                            _put(&b, PyBytes_AS_STRING(big), PyBytes_GET_SIZE(big))
                         else:
                             _long(&b, value_ll)
                     elif PyUnicode_CheckExact(value):
@@ -120,9 +123,7 @@ def encode_rows(rows, big_long):
                     elif PyFloat_CheckExact(value):
                         d = PyFloat_AS_DOUBLE(value)
                         _byte(&b, 4)
-                        _reserve(&b, 8)
-                        memcpy(b.data + b.size, &d, 8)  # little-endian hosts only (x86, arm)
-                        b.size += 8
+                        _put(&b, &d, 8)  # little-endian hosts only (x86, arm)
                     else:
                         raise TypeError(f"no THL union branch for {type(value).__name__}: "
                                         f"{value!r}")

@@ -13,7 +13,6 @@ kind of value.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 
 from thl_topics._avro_rows import encode_rows
@@ -23,7 +22,6 @@ from thl_topics.event import ColumnSpec, RowAction, RowChange, Statement, ThlEve
 SCHEMA_FINGERPRINT_HEX = "2ce0c97fc6abd439"  # thl_event.v1.avsc
 
 _ACTION_INDEX = {RowAction.INSERT: 0, RowAction.UPDATE: 1, RowAction.DELETE: 2}
-_pack_double = struct.Struct("<d").pack
 #: Encoded column-spec arrays by the identity of the spec list (the list is kept alive in
 #: the entry, so its id cannot be reused while it is cached).
 _SPEC_CACHE: dict[int, tuple[Sequence[ColumnSpec], bytes]] = {}
