@@ -42,7 +42,14 @@ from extractor._row_images import RowReader
 from extractor.binlog_fixes import read_time2
 from extractor.row_values import IdentityCache, TableShape, shape_of
 from thl_topics.event import ColumnSpec, RowAction, ThlValue
-from thl_topics.values import format_datetime, format_time, set_to_thl, to_thl
+from thl_topics.values import (
+    format_date_parts,
+    format_datetime,
+    format_datetime_parts,
+    format_time,
+    set_to_thl,
+    to_thl,
+)
 
 #: (packet bytes, offset) -> (THL value, offset after it).
 ColumnDecoder = Callable[[bytes, int], tuple[ThlValue, int]]
@@ -224,13 +231,16 @@ def _datetime2(fsp: int, zero: str) -> ColumnDecoder:
         packed = int.from_bytes(data[pos:pos + 5], "big")
         end = pos + 5 + width
         year_month = (packed >> 22) & 0x1FFFF
-        try:
-            value = dt.datetime(  # noqa: DTZ001 - DATETIME has no zone
-                year_month // 13, year_month % 13, (packed >> 17) & 0x1F,
-                (packed >> 12) & 0x1F, (packed >> 6) & 0x3F, packed & 0x3F)
-        except ValueError:
-            return zero, end  # a zero date (or a part of one), as the server prints it
+        parts = (year_month // 13, year_month % 13, (packed >> 17) & 0x1F,
+                 (packed >> 12) & 0x1F, (packed >> 6) & 0x3F, packed & 0x3F)
         micro = micros(data, pos + 5)
+        if not (parts[0] and parts[1] and parts[2]):
+            # A zero date as the server prints it; a partial one ('2024-03-00 10:00:00')
+            # exactly, not as the zero date.
+            if not any(parts) and micro <= 0:
+                return zero, end
+            return format_datetime_parts(*parts, max(micro, 0)), end
+        value = dt.datetime(*parts)  # noqa: DTZ001 - DATETIME has no zone
         return format_datetime(value.replace(microsecond=micro) if micro > 0 else value), end
     return decode
 
@@ -260,10 +270,10 @@ def _time2(fsp: int) -> ColumnDecoder:
 def _date(data: bytes, pos: int) -> tuple[ThlValue, int]:
     packed = int.from_bytes(data[pos:pos + 3], "little")
     year, month, day = packed >> 9, (packed >> 5) & 0xF, packed & 0x1F
-    if not (year and month and day):
-        return "0000-00-00", pos + 3
-    dt.date(year, month, day)  # an impossible date fails here, as in the reference
-    return f"{year:04d}-{month:02d}-{day:02d}", pos + 3
+    if year and month and day:
+        dt.date(year, month, day)  # an impossible date fails here, as in the reference
+    # The zero date and partial ones ('2024-00-00') exactly as stored.
+    return format_date_parts(year, month, day), pos + 3
 
 
 def _year(data: bytes, pos: int) -> tuple[ThlValue, int]:

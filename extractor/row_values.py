@@ -97,8 +97,9 @@ def converter(column: Any, spec: ColumnSpec) -> Converter:
     # A zero date is printed with the column's fractional digits, as the server prints it.
     zero = "0000-00-00 00:00:00" + ("." + "0" * spec.scale if spec.scale else "")
     if t in (FIELD_TYPE.DATETIME, FIELD_TYPE.DATETIME2):
+        # binlog_fixes reads a partial date ('2024-03-00 10:00:00') as its exact text.
         return lambda v, src: (zero if src in _ZERO_SOURCES else None) if v is None \
-            else format_datetime(v)
+            else v if isinstance(v, str) else format_datetime(v)
     if t in (FIELD_TYPE.TIMESTAMP, FIELD_TYPE.TIMESTAMP2):
         # TIMESTAMP's zero value is stored as second 0 of the Unix epoch.
         return lambda v, _src: None if v is None else zero if v == _EPOCH \

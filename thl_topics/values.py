@@ -10,8 +10,10 @@ integers, YEAR, BIT    long; beyond signed 64 bits (BIGINT UNSIGNED, BIT(64)) th
                        decimal digits as a string
 DECIMAL / NUMERIC      string, plain notation, all scale digits ("-0.500")
 FLOAT / DOUBLE         double (a FLOAT widens to double exactly)
-DATE                   "YYYY-MM-DD" (zero date "0000-00-00")
-DATETIME, TIMESTAMP    "YYYY-MM-DD HH:MM:SS[.ffffff]"; TIMESTAMP in UTC
+DATE                   "YYYY-MM-DD" (zero date "0000-00-00"; a partial one such as
+                       "2024-00-00" exactly as stored)
+DATETIME, TIMESTAMP    "YYYY-MM-DD HH:MM:SS[.ffffff]"; TIMESTAMP in UTC; zero and partial
+                       dates as stored ("2024-03-00 10:00:00")
 TIME                   "[-]H:MM:SS[.ffffff]", hours may exceed 24
 ENUM                   string; SET: members joined by ","
 JSON, text types       string
@@ -53,6 +55,30 @@ def format_datetime(value: dt.datetime) -> str:
     text = (f"{value.year:04d}-{value.month:02d}-{value.day:02d} "
             f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}")
     return f"{text}.{value.microsecond:06d}" if value.microsecond else text
+
+
+def format_date_parts(year: int, month: int, day: int) -> str:
+    """DATE text from its parts, also for the zero and partial dates no ``date`` holds."""
+    return f"{year:04d}-{month:02d}-{day:02d}"
+
+
+def format_datetime_parts(year: int, month: int, day: int, hour: int, minute: int,
+                          second: int, micro: int = 0) -> str:
+    """DATETIME text from its parts (as ``format_datetime``), also for partial dates."""
+    text = f"{format_date_parts(year, month, day)} {hour:02d}:{minute:02d}:{second:02d}"
+    return f"{text}.{micro:06d}" if micro else text
+
+
+def incomplete_date(value: ThlValue) -> bool:
+    """True for a DATE/DATETIME text with a zero year, month or day: the zero date
+    ('0000-00-00') and the partial ones MySQL accepts ('2024-00-00', '2024-03-00 10:00').
+
+    No calendar type outside the MySQL family holds these; each target's zero-date policy
+    decides what they become there.
+    """
+    if not isinstance(value, str) or len(value) < 10 or value[4] != "-" or value[7] != "-":
+        return False
+    return value[0:4] == "0000" or value[5:7] == "00" or value[8:10] == "00"
 
 
 def to_thl(value: object) -> ThlValue:
@@ -99,8 +125,9 @@ def _parse_time(text: str) -> dt.timedelta:
 def from_thl(spec: ColumnSpec, raw: ThlValue) -> object:
     """The typed Python value of a THL value, for an applier.
 
-    Zero dates have no Python form and stay strings ("0000-00-00 00:00:00"): a target that
-    can store them takes the text, one that cannot refuses it as a data error.
+    Zero and partial dates have no Python form and stay strings ("0000-00-00 00:00:00",
+    "2024-03-00"): a target that can store them takes the text, one that cannot applies its
+    zero-date policy.
     """
     if raw is None:
         return None
@@ -110,9 +137,9 @@ def from_thl(spec: ColumnSpec, raw: ThlValue) -> object:
             return int(raw)
         if kind in DECIMAL_TYPES:
             return Decimal(raw)
-        if kind == "DATE" and not raw.startswith("0000"):
+        if kind == "DATE" and not incomplete_date(raw):
             return dt.date.fromisoformat(raw)
-        if kind in ("DATETIME", "TIMESTAMP") and not raw.startswith("0000-00-00"):
+        if kind in ("DATETIME", "TIMESTAMP") and not incomplete_date(raw):
             value = dt.datetime.fromisoformat(raw)
             return value.replace(tzinfo=dt.UTC) if kind == "TIMESTAMP" else value
         if kind == "TIME":

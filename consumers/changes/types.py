@@ -31,9 +31,9 @@ CHAR, VARCHAR, TEXT      string
 BINARY, VARBINARY, BLOB  bytes                           BINARY(n) padded to n bytes
 =======================  ==============================  ================================
 
-Zero dates ('0000-00-00') have no instant: they become null, as in Debezium. Every column is
-optional in the schema (a new column is then always a backward-compatible change), except the
-key's fields.
+Zero and partial dates ('0000-00-00', '2024-03-00') have no instant: they become null, as in
+Debezium. Every column is optional in the schema (a new column is then always a
+backward-compatible change), except the key's fields.
 
 Avro names allow only ``[A-Za-z_][A-Za-z0-9_]*``: any other character of a column or topic
 name is written ``_uXXXX`` (UTF-16 code units, Debezium's ``avro_unicode`` adjustment), and
@@ -51,6 +51,7 @@ from decimal import Decimal
 from typing import Any
 
 from thl_topics.event import ColumnSpec, ThlValue
+from thl_topics.values import incomplete_date
 
 #: A Python value as it goes into Avro (fastavro) or the JSON writer.
 Value = int | float | str | bytes | bool | Decimal | None
@@ -194,7 +195,7 @@ def _bit1(raw: ThlValue) -> Value:
 
 
 def _date(raw: ThlValue) -> Value:
-    if raw is None or str(raw).startswith("0000"):
+    if raw is None or incomplete_date(raw):
         return None
     return (dt.date.fromisoformat(str(raw)) - _EPOCH_DATE).days
 
@@ -212,7 +213,7 @@ def _micros_of_time(raw: ThlValue) -> Value:
 
 
 def _datetime_micros(raw: ThlValue) -> int | None:
-    if raw is None or str(raw).startswith("0000-00-00"):
+    if raw is None or incomplete_date(raw):
         return None
     delta = dt.datetime.fromisoformat(str(raw)) - _EPOCH
     return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
@@ -225,7 +226,7 @@ def _datetime_millis(raw: ThlValue) -> Value:
 
 def _zoned(scale: int) -> Convert:
     def convert(raw: ThlValue) -> Value:
-        if raw is None or str(raw).startswith("0000-00-00"):
+        if raw is None or incomplete_date(raw):
             return None
         value = dt.datetime.fromisoformat(str(raw))
         text = (f"{value.year:04d}-{value.month:02d}-{value.day:02d}T{value.hour:02d}:"

@@ -30,7 +30,7 @@ import datetime as dt
 import re
 
 from thl_topics.event import ColumnSpec, ThlValue
-from thl_topics.values import DECIMAL_TYPES, from_thl
+from thl_topics.values import DECIMAL_TYPES, from_thl, incomplete_date
 
 #: Widest DECIMAL Delta holds.
 MAX_DECIMAL_PRECISION = 38
@@ -109,8 +109,7 @@ def staged_text(spec: ColumnSpec, raw: ThlValue, zero_dates: str = "null") -> st
         value = from_thl(spec, raw)  # BINARY(n): its 0x00 padding back
         data = value if isinstance(value, bytes) else str(value).encode()
         return base64.b64encode(data).decode("ascii")
-    if kind in ("DATE", "DATETIME", "TIMESTAMP") and isinstance(raw, str) \
-            and raw.startswith("0000-00-00"):
+    if kind in ("DATE", "DATETIME", "TIMESTAMP") and incomplete_date(raw):
         if zero_dates == "error":
             raise ZeroDate(f"zero date {raw!r}")
         return None
