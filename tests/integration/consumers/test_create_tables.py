@@ -199,22 +199,28 @@ def test_zero_dates_become_null_and_nul_is_stripped_counted_in_metrics(
     rep.src("SET sql_mode = ''",
             f"INSERT INTO {s}.dates VALUES (1, '0000-00-00', '0000-00-00 00:00:00', "
             "'0000-00-00 00:00:00', 'a\\0b'), (2, '2024-02-29', '2024-02-29 01:02:03.000004', "
-            "'2024-02-29 01:02:03', 'plain'), (3, NULL, '0000-00-00 00:00:00', NULL, '\\0')")
+            "'2024-02-29 01:02:03', 'plain'), (3, NULL, '0000-00-00 00:00:00', NULL, '\\0'), "
+            "(4, '2024-00-00', '2024-03-00 10:00:00.5', NULL, 'partial')")
     rep.wait_source_applied()
     assert rep.tgt(f"SELECT CAST(d AS CHAR), CAST(dt AS CHAR), txt FROM {s}.dates "
                    "WHERE id = 1") == [("0000-00-00", "0000-00-00 00:00:00.000000", "a\x00b")]
+    # Partial dates: exact on MariaDB, the zero-date policy on PostgreSQL.
+    assert rep.tgt(f"SELECT CAST(d AS CHAR), CAST(dt AS CHAR) FROM {s}.dates WHERE id = 4") \
+        == [("2024-00-00", "2024-03-00 10:00:00.500000")]
     pg = rep.pgsql(f'SELECT id, d, dt, ts, txt FROM "{s}".dates ORDER BY id')
     assert [(r[0], r[1], r[2], r[3], r[4]) for r in pg if r[0] != 2] == [
-        (1, None, None, None, "ab"), (3, None, None, None, "")]
+        (1, None, None, None, "ab"), (3, None, None, None, ""),
+        (4, None, None, None, "partial")]
     assert pg[1][1].isoformat() == "2024-02-29" and pg[1][4] == "plain"
     time.sleep(0.5)  # the counters move after the commit
     text = _metrics(port)
-    for kind, count in (("zero_date", 4), ("nul_character", 2)):
+    for kind, count in (("zero_date", 6), ("nul_character", 2)):
         found = re.search(rf'trep_values_changed_total{{group="pg",kind="{kind}",'
                           rf'service="{rep.name}"}} (\S+)', text)
         assert found is not None and float(found.group(1)) == count, text
     warned = caplog.text
-    assert f"{s}.dates.d: 1 zero date(s) stored as NULL" in warned, warned
+    assert f"{s}.dates.d: 2 zero date(s) stored as NULL" in warned, warned
+    assert f"{s}.dates.dt: 3 zero date(s) stored as NULL" in warned, warned
     assert f"{s}.dates.txt: 2 value(s) stored without their U+0000 characters" in warned
 
 

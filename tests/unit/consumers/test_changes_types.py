@@ -59,6 +59,11 @@ def _avro_round_trip(spec: ColumnSpec, value: object) -> object:
      ("int64", "io.debezium.time.Timestamp")),
     (_spec("DATETIME", scale=0), "0000-00-00 00:00:00", None,
      ("int64", "io.debezium.time.Timestamp")),
+    (_spec("DATETIME", scale=0), "2024-03-00 10:00:00", None,  # partial: no instant either
+     ("int64", "io.debezium.time.Timestamp")),
+    (_spec("DATE"), "2024-00-00", None, ("int32", "io.debezium.time.Date")),
+    (_spec("TIMESTAMP", scale=0), "2024-03-00 10:00:00", None,
+     ("string", "io.debezium.time.ZonedTimestamp")),
     (_spec("TIMESTAMP", scale=6), "2038-01-19 03:14:07.999999", "2038-01-19T03:14:07.999999Z",
      ("string", "io.debezium.time.ZonedTimestamp")),
     (_spec("TIMESTAMP", scale=0), "1970-01-01 00:00:01", "1970-01-01T00:00:01Z",

@@ -104,6 +104,8 @@ def test_zero_dates_stay_the_text_mysql_prints() -> None:
     assert conv(spec("DATETIME", scale=6), "0000-00-00 00:00:00.000000") == \
         "0000-00-00 00:00:00.000000"
     assert conv(spec("TIMESTAMP"), "0000-00-00 00:00:00") == "0000-00-00 00:00:00"
+    assert conv(spec("DATE"), "2024-00-00") == "2024-00-00"  # partial: as stored
+    assert conv(spec("DATETIME"), "2024-03-00 10:00:00") == "2024-03-00 10:00:00"
 
 
 def test_time_is_the_text_mysql_prints_with_the_column_digits() -> None:

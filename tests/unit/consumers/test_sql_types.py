@@ -147,6 +147,11 @@ def test_zero_dates_become_null_and_are_counted() -> None:
                     [DATE, DATETIME, _spec("ok", "DATE")], [sa.Date()] * 3, "postgresql", policy)
     assert row == [None, None, dt.date(2024, 1, 2)]
     assert policy.collect() == {("zero_date", "d"): 1, ("zero_date", "dt"): 1}
+    # Partial dates ('2024-00-00') are zero dates to a target that has none.
+    row = adapt_row(["2024-00-00", "2024-03-00 10:00:00"], [DATE, DATETIME],
+                    [sa.Date()] * 2, "postgresql", policy)
+    assert row == [None, None]
+    assert policy.collect() == {("zero_date", "d"): 1, ("zero_date", "dt"): 1}
     assert policy.collect() == {}
 
 

@@ -48,6 +48,10 @@ def test_staged_text_keeps_values_exact() -> None:
     assert staged_text(_spec("VARBINARY"), b"") == ""
     assert staged_text(_spec("DOUBLE"), 0.1) == "0.1"
     assert staged_text(_spec("DATE"), "0000-00-00") is None
+    assert staged_text(_spec("DATE"), "2024-00-00") is None  # partial: the same policy
+    assert staged_text(_spec("DATETIME"), "2024-03-00 10:00:00") is None
+    with pytest.raises(ValueError, match="zero date"):
+        staged_text(_spec("DATE"), "2024-05-00", "error")
     with pytest.raises(ValueError, match="zero date"):
         staged_text(_spec("DATETIME"), "0000-00-00 00:00:00", "error")
     assert staged_text(_spec("VARCHAR"), None) is None
