@@ -25,9 +25,10 @@ import pymysql
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 
+from extractor.binlog_position import BinlogPosition
 from extractor.provision import position_key
 from extractor.snapshot import SourceTable, chunk_query, describe
-from extractor.transactions import BinlogPosition, TransactionAssembler
+from extractor.transactions import TransactionAssembler
 from replicator.config import ServiceSettings
 from replicator.filters import ItemFilter
 from replicator.requests import CheckRequest, read_request, write_request

@@ -32,6 +32,23 @@ class ExtractorCollector(Collector):
             family = GaugeMetricFamily(name, doc, labels=["service"])
             family.add_metric([self.service], float(value))
             yield family
+        assembler = self.extractor.assembler
+        for name, doc, value in (
+            ("trep_extractor_xa_prepared", "XA transactions prepared on the source and not "
+             "yet committed or rolled back (held by the extractor)",
+             len(assembler.prepared) if assembler else 0),
+            ("trep_extractor_xa_oldest_open_seconds", "How long the oldest prepared XA "
+             "transaction has been waiting for its outcome",
+             assembler.oldest_xa_age() if assembler else 0.0),
+        ):
+            family = GaugeMetricFamily(name, doc, labels=["service"])
+            family.add_metric([self.service], float(value))
+            yield family
+        unknown = CounterMetricFamily(
+            "trep_extractor_xa_unknown_outcomes", "XA COMMIT/ROLLBACK read whose prepare "
+            "precedes the extractor's start (its rows are not in the THL)", labels=["service"])
+        unknown.add_metric([self.service], float(assembler.unknown_outcomes if assembler else 0))
+        yield unknown
         retries = CounterMetricFamily(
             "trep_extractor_retries", "Fresh starts from the THL tail after the source or "
             "Kafka failed", labels=["service"])

@@ -38,9 +38,10 @@ import pymysql
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 
+from extractor.binlog_position import BinlogPosition
 from extractor.config import ExtractorConfig
 from extractor.snapshot import SourceTable, chunk_query, describe, quote
-from extractor.transactions import BinlogPosition, TransactionAssembler
+from extractor.transactions import TransactionAssembler
 from replicator.config import ServiceSettings
 from replicator.filters import ItemFilter
 from replicator.requests import ProvisionRequest, read_request, write_request

@@ -24,7 +24,13 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, XidEvent
+from pymysqlreplication.event import (
+    HeartbeatLogEvent,
+    MariadbGtidEvent,
+    QueryEvent,
+    XAPrepareEvent,
+    XidEvent,
+)
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 from tenacity import (
     RetryCallState,
@@ -37,6 +43,7 @@ from tenacity import (
 
 from extractor import binlog_fixes, row_decoder, table_map_cache
 from extractor.binlog_connection import BinlogConnection
+from extractor.binlog_position import BinlogPosition
 from extractor.check import Checker
 from extractor.config import ExtractorConfig
 from extractor.errors import (
@@ -49,7 +56,8 @@ from extractor.errors import (
 from extractor.positions import StartPoint, find_start
 from extractor.provision import Provisioner
 from extractor.retention import Retention
-from extractor.transactions import BinlogPosition, TransactionAssembler
+from extractor.transactions import TransactionAssembler
+from extractor.xa import CatchUp, decode_open
 from replicator import crashpoints
 from replicator.config import ServiceSettings
 from replicator.control import ComponentNodes
@@ -76,8 +84,8 @@ class _Stopped(Exception):
     """stop() was called while waiting to retry."""
 
 
-_EVENTS = [MariadbGtidEvent, QueryEvent, XidEvent, WriteRowsEvent, UpdateRowsEvent,
-           DeleteRowsEvent, row_decoder.DecodedRows, HeartbeatLogEvent]
+_EVENTS = [MariadbGtidEvent, QueryEvent, XidEvent, XAPrepareEvent, WriteRowsEvent,
+           UpdateRowsEvent, DeleteRowsEvent, row_decoder.DecodedRows, HeartbeatLogEvent]
 #: Seconds the first metadata request may take before Kafka counts as away (and is retried).
 ACCESS_CHECK_S = 15.0
 #: MySQL error 1236: the requested binlog file or position is not on the server.
@@ -115,6 +123,8 @@ class Extractor:
         self.provisioner: Provisioner | None = None
         #: Consistency checks of the current lead.
         self.checker: Checker | None = None
+        #: The transaction assembler of the current lead (prepared XA transactions).
+        self.assembler: TransactionAssembler | None = None
 
     def stop(self) -> None:
         """Ask the extractor to stop at the next transaction boundary."""
@@ -278,7 +288,10 @@ class Extractor:
                     start = find_start(reader, engine, self.tracking, nodes)
                     self.provisioner = Provisioner(cfg, self.cfg, nodes.client,
                                                    self._filters(), self._source_connection)
-                    self.provisioner.resume(reader, start.next_seqno, start.origin == "new")
+                    # Nothing extracted yet (a new service, or one that went ONLINE and
+                    # stopped before its first event): provisioning starts as for a new one.
+                    self.provisioner.resume(reader, start.next_seqno,
+                                            start.origin in ("new", "first position"))
                     self.checker = Checker(cfg, nodes.client, self._filters(),
                                            self._source_connection)
                 self._stream(start, producer, engine, nodes)
@@ -304,11 +317,8 @@ class Extractor:
         return TrackingSchemaFilter(ReplicateFilter(f.replicate, f.ignore),
                                     self.service.tracking_schema)
 
-    def _binlog(self, start: StartPoint) -> BinLogStreamReader:
+    def _binlog(self, position: BinlogPosition) -> BinLogStreamReader:
         src = self.service.source
-        position = start.position or self._initial_position()
-        log.info("extractor: resuming at %s, next seqno %d (from %s)",
-                 position.event_id(), start.next_seqno, start.origin)
         self._resume_at = position
         return BinLogStreamReader(
             connection_settings={"host": src.host, "port": src.port, "user": src.user,
@@ -363,6 +373,16 @@ class Extractor:
         xcfg = self.cfg
         self.retention = Retention(self.service, xcfg, nodes)
         self.epoch = start.next_seqno
+        resume = start.position or self._initial_position()
+        log.info("extractor: resuming at %s, next seqno %d (from %s)",
+                 resume.event_id(), start.next_seqno, start.origin)
+        if start.origin == "new":
+            self._record_first_position(resume, engine, nodes)
+        catch_up = CatchUp(resume, start.xa_open) if start.xa_open else None
+        if catch_up is not None:
+            log.info("extractor: %d XA transaction(s) were prepared and undecided at the THL "
+                     "tail; reading their prepares again from %s", len(start.xa_open),
+                     catch_up.start.event_id())
         pending: list[ThlEvent] = []
         batch_started = 0.0
 
@@ -382,9 +402,10 @@ class Extractor:
             service=self.service.service, source_id=xcfg.source_id,
             filters=self._filters(), fragment_rows=xcfg.fragment_rows,
             fragment_bytes=xcfg.fragment_bytes,
-            chain=build_chain(xcfg.filters.chain).around(self.service.tracking_schema))
-        stream = self._binlog(start)
-        stream_start = self._resume_at
+            chain=build_chain(xcfg.filters.chain).around(self.service.tracking_schema),
+            start=catch_up.start if catch_up else resume, catch_up=catch_up)
+        self.assembler = assembler
+        stream = self._binlog(catch_up.start if catch_up else resume)
         self.streaming.set()
         if self.last_committed is None and start.next_seqno > 0:
             self.status.appliedLastSeqno = start.next_seqno - 1
@@ -392,16 +413,19 @@ class Extractor:
         self.status.clear_error()
         self._publish(State.ONLINE)
         # A provisioning request's opening event goes before the first streamed change.
-        self._provision(stream_start, assembler)
+        if catch_up is None:
+            self._provision(resume, assembler)
         try:
             for event, position in self._events(stream):
                 assembler.feed(event, position)
                 if assembler.in_transaction:
                     continue
+                self._show_xa(assembler)
                 if self._stale and time.monotonic() - self._last_publish >= 0.5:
                     self._publish(State.ONLINE)  # idle (heartbeats only): show the last commit
                 self._check_leader()
-                self._provision(position, assembler)
+                if not assembler.catching_up:
+                    self._provision(position, assembler)
                 if pending and (len(pending) >= xcfg.batch_transactions
                                 or isinstance(event, HeartbeatLogEvent)
                                 or time.monotonic() - batch_started >= xcfg.batch_ms / 1000):
@@ -413,6 +437,31 @@ class Extractor:
             self._commit(producer, pending, engine, nodes)
         finally:
             stream.close()
+
+    def _record_first_position(self, position: BinlogPosition, engine: sa.Engine,
+                               nodes: ServiceNodes) -> None:
+        """A new service: make its start position durable before it goes ONLINE (seqno -1:
+        nothing extracted yet), so that a restart before the first event resumes here, not
+        at the binlog's end of that moment, and loses nothing written in between."""
+        pos = CommitSeqno(seqno=-1, epoch=0, eventid=position.event_id(),
+                          source_id=self.cfg.source_id)
+        with engine.begin() as conn:
+            self.tracking.write(conn, pos)
+        try:
+            nodes.write_position("extractor", ZkPosition(-1, 0, position.event_id()))
+        except KazooException as exc:  # the source's table is the position of record
+            log.warning("extractor: cannot mirror the first position in ZooKeeper: %s", exc)
+
+    def _show_xa(self, assembler: TransactionAssembler) -> None:
+        """The prepared XA transactions in the status (NONE or how many, the oldest, how
+        long): one left prepared holds back nothing, but the operator should see it."""
+        text = assembler.open_xa()
+        if text != self.status.xaPrepared:
+            self.status.xaPrepared = text
+            self._stale = True
+        elif text != "NONE" and time.monotonic() - self._last_publish >= 5:
+            self.status.xaPrepared = text  # its age
+            self._stale = True
 
     def _provision(self, position: BinlogPosition, assembler: TransactionAssembler) -> None:
         """Between transactions: take up provisioning and check requests, emit their due
@@ -453,7 +502,13 @@ class Extractor:
                           source_id=last.source_id, shard_id=last.shard_id)
         with engine.begin() as conn:
             self.tracking.write(conn, pos)
-        nodes.mirror_position("extractor", ZkPosition(last.seqno, last.epoch, last.event_id))
+        # The XA transactions open at that event (the assembler may have read more since).
+        xa_open = {xid: p.event_id() for xid, p in decode_open(last.metadata).items()}
+        nodes.mirror_position("extractor", ZkPosition(last.seqno, last.epoch, last.event_id,
+                                                      xa_open=xa_open))
+        if xa_open:
+            # A restart from here reads the open prepares again: the XA crash tests die here.
+            crashpoints.reached("extract-xa-open")
         st = self.status
         st.appliedLastSeqno, st.appliedLastEventId = last.seqno, last.event_id
         st.appliedLastEpoch = last.epoch

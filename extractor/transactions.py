@@ -5,6 +5,9 @@ BEGIN (DDL, statement-format DML with autocommit) is a transaction of its own. R
 are cut into fragments of ``fragment_rows`` rows / ``fragment_bytes`` bytes as they arrive,
 so a huge transaction is never held whole in memory. A transaction takes its seqno only
 when its first fragment is emitted; one that filters to nothing takes none.
+
+XA transactions are held from their prepare to their outcome (``extractor.xa``) and take
+their seqno, like any transaction, where they commit.
 """
 
 from __future__ import annotations
@@ -12,20 +15,40 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
+from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XAPrepareEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from extractor.binlog_position import BinlogPosition
+from extractor.errors import ExtractorError
 from extractor.row_decoder import DecodedRows
 from extractor.row_values import TableShape, shape_of
+from extractor.xa import (
+    FL_PREPARED_XA,
+    META_XA_OPEN,
+    META_XA_PREPARE_GTID,
+    META_XA_XID,
+    CatchUp,
+    Outcome,
+    Prepared,
+    Spool,
+    encode_open,
+    is_xa_end,
+    outcome,
+    xid_display,
+    xid_text,
+)
 from replicator.filters import FilterChain, ItemFilter
 from replicator.sql_names import statement_target
 from thl_topics.event import DataItem, RowAction, RowChange, Statement, ThlEvent, ThlValue
 from thl_topics.records import META_PROVISION, META_PROVISIONING
+
+log = logging.getLogger(__name__)
 
 # flags2 bits of a query event (MySQL's OPTION_* constants).
 _OPTION_AUTO_IS_NULL = 1 << 14
@@ -34,27 +57,6 @@ _OPTION_NO_FOREIGN_KEY_CHECKS = 1 << 26
 _OPTION_RELAXED_UNIQUE_CHECKS = 1 << 27
 # MariaDB GTID event flag: the event group is one statement without BEGIN/COMMIT.
 _FL_STANDALONE = 1
-
-
-@dataclass(frozen=True)
-class BinlogPosition:
-    """A binlog coordinate: the byte offset of the next event in ``file``."""
-
-    file: str
-    pos: int
-
-    def event_id(self, session: int = 0) -> str:
-        """Tungsten's EVENTID: ``file:offset;session``, offset zero-padded to 16 digits."""
-        return f"{self.file}:{self.pos:016d};{session}"
-
-    @classmethod
-    def parse(cls, event_id: str) -> BinlogPosition:
-        """The position in an EVENTID; ValueError if it is not one."""
-        where = event_id.split(";", 1)[0]
-        file, _, pos = where.rpartition(":")
-        if not file or not pos.isdigit():
-            raise ValueError(f"not a binlog EVENTID: {event_id!r}")
-        return cls(file, int(pos))
 
 
 def session_options(event: QueryEvent) -> dict[str, str]:
@@ -93,6 +95,14 @@ class _Open:
     items: list[DataItem] = field(default_factory=list)
     rows: int = 0
     size: int = 0
+    #: Where its event group starts in the binlog.
+    start: BinlogPosition | None = None
+    #: An XA prepare group: its fragments go to ``spool`` until the outcome is read.
+    spool: Spool | None = None
+    #: Read again while catching up after a restart: published already, nothing to emit.
+    discard: bool = False
+    #: Rows already in the spool.
+    held: int = 0
 
 
 Emit = Callable[[ThlEvent], None]
@@ -104,7 +114,9 @@ class TransactionAssembler:
     def __init__(self, *, emit: Emit, next_seqno: int, epoch: int, service: str,
                  source_id: str, filters: ItemFilter,
                  fragment_rows: int, fragment_bytes: int,
-                 chain: FilterChain | None = None) -> None:
+                 chain: FilterChain | None = None,
+                 start: BinlogPosition | None = None,
+                 catch_up: CatchUp | None = None) -> None:
         self._emit = emit
         self.next_seqno = next_seqno
         self.epoch = epoch
@@ -118,6 +130,13 @@ class TransactionAssembler:
         self._open: _Open | None = None
         self._gtid: str | None = None
         self._last_time = 0
+        #: Where the last event group ended (where the next one starts).
+        self._boundary = start
+        #: XA transactions prepared and not yet committed or rolled back, by xid.
+        self.prepared: dict[str, Prepared] = {}
+        #: XA outcomes read whose prepare this extractor never saw (it precedes the start).
+        self.unknown_outcomes = 0
+        self._catch_up = catch_up if catch_up is not None and catch_up.wanted else None
         #: Tables being provisioned: their binlog changes are marked (``provisioning``) so
         #: that targets apply them idempotently until the table's last chunk.
         self.provisioning: set[tuple[str, str]] = set()
@@ -127,8 +146,15 @@ class TransactionAssembler:
         """True between BEGIN and its commit: the position is not a restart point."""
         return self._open is not None
 
+    @property
+    def catching_up(self) -> bool:
+        """True while reading again, after a restart, what the THL holds already."""
+        return self._catch_up is not None
+
     def feed(self, event: Any, position: BinlogPosition) -> None:
         """One binlog event; ``position`` is where the next event starts."""
+        if self._catch_up is not None and self._open is None:
+            self._leave_catch_up()
         # The last event's header time is the commit time when the transaction ends.
         self._last_time = event.timestamp
         if isinstance(event, MariadbGtidEvent):
@@ -136,7 +162,11 @@ class TransactionAssembler:
             # MariaDB sends a GTID event where MySQL sends BEGIN; a standalone one (DDL)
             # is followed by its single query, which commits by itself.
             if not event.flags & _FL_STANDALONE:
-                self._begin(event, session=0)
+                txn = self._begin(event, session=0)
+                if event.flags & FL_PREPARED_XA:
+                    self._hold(txn)
+        elif isinstance(event, XAPrepareEvent):
+            self._prepare(event, position)
         elif isinstance(event, QueryEvent):
             self._query(event, position)
         elif isinstance(event, DecodedRows):
@@ -157,6 +187,21 @@ class TransactionAssembler:
         if sql == "COMMIT":
             self._commit(position)
             return
+        txn = self._open
+        if txn is not None and (txn.discard or (txn.spool is not None and is_xa_end(sql))):
+            return  # XA END closes the rows of a prepare: no statement of the transaction
+        if sql[:8].upper() == "XA START":
+            # MySQL's prepare group begins with XA START where MariaDB's GTID says it.
+            self._hold(txn or self._begin(event, session=event.slave_proxy_id))
+            return
+        if txn is None:
+            decided = outcome(sql)
+            if decided is not None:
+                self._decide(decided, event, position)
+                return
+            if self._catch_up is not None:
+                self._boundary = position  # a statement the THL holds already
+                return
         schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
         stmt = Statement(sql=sql, default_schema=schema or None, options=session_options(event),
                          error_code=event.error_code, timestamp=event.timestamp * 1_000_000)
@@ -171,9 +216,101 @@ class TransactionAssembler:
 
     def _begin(self, event: Any, session: int) -> _Open:
         self._open = _Open(tstamp=event.timestamp * 1_000_000, session=session,
-                           server_id=event.packet.server_id, gtid=self._gtid)
+                           server_id=event.packet.server_id, gtid=self._gtid,
+                           start=self._boundary,
+                           discard=self._catch_up is not None)
         self._gtid = None
         return self._open
+
+    def _hold(self, txn: _Open) -> None:
+        """Make ``txn`` an XA prepare: its fragments wait in a spool for the outcome. While
+        catching up too, since only its end says whether it is one of those wanted."""
+        txn.discard = False
+        if txn.spool is None:
+            txn.spool = Spool(self.fragment_bytes)
+
+    def _prepare(self, event: XAPrepareEvent, position: BinlogPosition) -> None:
+        """The end of a prepare group: park the transaction under its xid."""
+        txn, self._open = self._open, None
+        self._boundary = position
+        if txn is None or txn.spool is None:
+            return  # its group began before the start position, or it was read again
+        xid = xid_text(event.xid_format_id, event.xid_gtrid, event.xid_bqual)
+        if txn.items:
+            txn.spool.write(txn.items)
+        prepared = Prepared(xid=xid, start=txn.start or position, spool=txn.spool,
+                            gtid=txn.gtid, server_id=txn.server_id, session=txn.session,
+                            rows=txn.held + txn.rows)
+        if event.one_phase:
+            # MySQL logs XA COMMIT ... ONE PHASE as a prepare that is also the commit.
+            self._publish(prepared, event.packet.server_id, position, self._gtid)
+            return
+        if self._catch_up is not None and xid not in self._catch_up.wanted:
+            prepared.spool.close()  # prepared and decided before the THL tail
+            return
+        old = self.prepared.pop(xid, None)
+        if old is not None:
+            old.spool.close()
+        self.prepared[xid] = prepared
+        log.info("XA transaction %s prepared at %s (%d row(s)); held until its outcome",
+                 xid_display(xid), prepared.start.event_id(), prepared.rows)
+
+    def _decide(self, decided: Outcome, event: QueryEvent, position: BinlogPosition) -> None:
+        """``XA COMMIT`` publishes the prepared transaction here, ``XA ROLLBACK`` drops it."""
+        self._boundary = position
+        gtid, self._gtid = self._gtid, None
+        prepared = self.prepared.pop(decided.xid, None)
+        if prepared is None:
+            if self._catch_up is None:
+                self.unknown_outcomes += 1
+                log.error("XA %s of %s at %s: its prepare precedes this extractor's start "
+                          "position, so its rows are not in the THL; provision the tables it "
+                          "wrote to (trepctl provision) to bring the targets level",
+                          "COMMIT" if decided.commit else "ROLLBACK", xid_display(decided.xid),
+                          position.event_id())
+            return
+        if not decided.commit:
+            prepared.spool.close()
+            log.info("XA transaction %s rolled back at %s: nothing published",
+                     xid_display(decided.xid), position.event_id())
+            return
+        self._publish(prepared, event.packet.server_id, position, gtid)
+
+    def _publish(self, prepared: Prepared, server_id: int, position: BinlogPosition,
+                 gtid: str | None) -> None:
+        """A committed XA transaction, fragment by fragment from its spool, at ``position``
+        (the commit's: its event id, its GTID, its time): one THL transaction."""
+        txn = _Open(tstamp=self._last_time * 1_000_000, session=prepared.session,
+                    server_id=server_id, gtid=gtid or prepared.gtid)
+        marks = {META_XA_XID: prepared.xid} if prepared.xid else {}
+        if prepared.xid and prepared.gtid:
+            marks[META_XA_PREPARE_GTID] = prepared.gtid
+        held: list[DataItem] | None = None
+        for items in prepared.spool.read():
+            if held is not None:
+                txn.items = held
+                self._flush(txn, position, last_frag=False, extra=marks)
+            held = items
+        if held is not None:
+            txn.items = held
+            self._flush(txn, position, last_frag=True, extra=marks)
+
+    def _leave_catch_up(self) -> None:
+        """Between event groups: stop catching up once the THL tail's position is reached."""
+        catch_up = self._catch_up
+        if catch_up is None or not self._boundary or \
+                not self._boundary.at_or_after(catch_up.until):
+            return
+        self._catch_up = None
+        missing = sorted(set(catch_up.wanted) - set(self.prepared))
+        if missing:
+            raise ExtractorError(
+                f"the THL tail lists XA transaction(s) {', '.join(missing)} as prepared, but "
+                f"the binlog from {catch_up.start.event_id()} to {catch_up.until.event_id()} "
+                "does not hold their prepare; the extractor will not guess (was the binlog "
+                "purged or the source replaced?)")
+        log.info("caught up at %s: %d prepared XA transaction(s) held again",
+                 catch_up.until.event_id(), len(self.prepared))
 
     def _rows(self, event: Any, position: BinlogPosition) -> None:
         """A rows event as pymysqlreplication decoded it (see ``row_decoder`` for when)."""
@@ -199,6 +336,8 @@ class TransactionAssembler:
         txn = self._taking(event, position)
         if txn is not None:
             after, before = event.images()
+            # The packet is no longer needed: a row of many MiB is not held twice.
+            event.data = b""
             self._add_rows(txn, event, position, event.shape, event.action, after, before)
 
     def _taking(self, event: Any, position: BinlogPosition) -> _Open | None:
@@ -206,6 +345,8 @@ class TransactionAssembler:
         if self._open is None:
             raise RuntimeError(f"row event for {event.schema}.{event.table} outside a "
                                f"transaction at {position.event_id()}")
+        if self._open.discard:
+            return None
         return self._open if self.filters.keeps(event.schema, event.table) else None
 
     def _add_rows(self, txn: _Open, event: Any, position: BinlogPosition, shape: TableShape,
@@ -231,19 +372,36 @@ class TransactionAssembler:
         txn.size += getattr(event, "event_size", 0) or 64 * nrows
         if (txn.rows >= self.fragment_rows
                 or txn.size >= self.fragment_bytes):
-            self._flush(txn, position, last_frag=False)
+            if txn.spool is not None:
+                txn.spool.write(txn.items)
+                txn.held += txn.rows
+                txn.items = []
+                txn.rows = txn.size = 0
+            else:
+                self._flush(txn, position, last_frag=False)
 
     def _add(self, txn: _Open, stmt: Statement) -> None:
+        if txn.discard:
+            return
         if self.filters.keeps_item(stmt):
             txn.items.append(stmt)
             txn.size += len(stmt.sql)
 
     def _commit(self, position: BinlogPosition) -> None:
-        if self._open is None:
-            return  # a COMMIT/XID whose BEGIN preceded our start position
-        if self._open.items or self._open.fragno > 0:
-            self._flush(self._open, position, last_frag=True)
-        self._open = None
+        txn, self._open = self._open, None
+        self._boundary = position
+        if txn is None or txn.discard:
+            return  # a COMMIT/XID whose BEGIN preceded our start position, or read again
+        if txn.spool is not None:
+            # An XA group that commits like an ordinary one: publish it here.
+            if txn.items:
+                txn.spool.write(txn.items)
+            self._publish(Prepared(xid="", start=position, spool=txn.spool, gtid=txn.gtid,
+                                   server_id=txn.server_id, session=txn.session),
+                          txn.server_id, position, txn.gtid)
+            return
+        if txn.items or txn.fragno > 0:
+            self._flush(txn, position, last_frag=True)
 
     def snapshot(self, items: list[DataItem], position: BinlogPosition, tag: str,
                  marks: str, key: str = META_PROVISION) -> None:
@@ -294,6 +452,9 @@ class TransactionAssembler:
                     "service": self.service, "shard": shard}
         if txn.gtid:
             metadata["gtid"] = txn.gtid
+        if last_frag and self.prepared:
+            # A restart from this event must read the binlog again from these prepares.
+            metadata[META_XA_OPEN] = encode_open(self.prepared)
         metadata.update(extra or {})
         if self.provisioning:
             touched = sorted({(i.schema, i.table) for i in txn.items
@@ -314,6 +475,22 @@ class TransactionAssembler:
         txn.items = []
         txn.rows = txn.size = 0
 
+
+    def open_xa(self) -> str:
+        """What ``trepctl status`` shows: NONE, or how many are prepared and the oldest."""
+        if not self.prepared:
+            return "NONE"
+        oldest = min(self.prepared.values(), key=lambda p: p.seen_at)
+        age = time.monotonic() - oldest.seen_at
+        return (f"{len(self.prepared)} prepared, oldest {xid_display(oldest.xid)} "
+                f"({oldest.rows} row(s)) "
+                f"open for {age:.0f} s, prepared at {oldest.start.event_id()}")
+
+    def oldest_xa_age(self) -> float:
+        """Seconds the oldest prepared XA transaction has been open (0: none)."""
+        if not self.prepared:
+            return 0.0
+        return time.monotonic() - min(p.seen_at for p in self.prepared.values())
 
 
 def _shard_of(items: list[DataItem]) -> str:

@@ -18,6 +18,9 @@ Points (where they are, and what is durable when the process dies there):
 ``extract-between-fragments`` extractor: a fragment produced, the next not yet
 ``extract-committed``      extractor: Kafka transaction committed, the source's
                            ``trep_commit_seqno`` and the ZooKeeper mirror not yet
+``extract-xa-open``        extractor: a Kafka transaction committed while an XA
+                           transaction is prepared and not yet decided (between its
+                           PREPARE and its COMMIT or ROLLBACK); positions written
 =========================  ===============================================================
 """
 
@@ -33,6 +36,7 @@ log = logging.getLogger(__name__)
 POINTS = frozenset({
     "apply-handshake", "apply-between-fragments", "apply-after-ddl", "apply-before-position",
     "apply-between-tables", "apply-committed", "extract-between-fragments", "extract-committed",
+    "extract-xa-open",
 })
 ENV = "TREP_CRASH_AT"
 EXIT_STATUS = 137

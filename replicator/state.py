@@ -38,6 +38,9 @@ class Status:
     zookeeperDisconnects: int = 0
     #: The extractor's provisioning: NONE, or "running: rows done/total rows table".
     provisioning: str = "NONE"
+    #: The extractor's XA transactions prepared and not yet decided: NONE, or how many,
+    #: the oldest and how long it has been open.
+    xaPrepared: str = "NONE"
     timeInStateSeconds: float = 0.0
     stateSince: float = field(default_factory=time.time)
     host: str = ""
@@ -45,6 +48,8 @@ class Status:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["timeInStateSeconds"] = round(time.time() - self.stateSince, 3)
+        if self.role != "extractor":
+            del data["xaPrepared"]  # the extractor's alone
         return data
 
     def set_state(self, state: State) -> None:

@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
@@ -49,6 +49,9 @@ class ZkPosition:
     event_id: str
     fragno: int = 0
     last_frag: bool = True
+    #: The extractor's: XA transactions prepared and not decided at this position (xid ->
+    #: EVENTID where the prepare starts), as the THL event's ``xa_open`` metadata.
+    xa_open: dict[str, str] = field(default_factory=dict)
 
 
 class ServiceNodes:

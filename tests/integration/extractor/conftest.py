@@ -145,9 +145,13 @@ class ServiceUnderTest:
         thread.start()
         return ex, thread
 
-    def start_process(self) -> subprocess.Popen[bytes]:
-        """An extractor in its own process (for kill tests), logging to ``log_path``."""
+    def start_process(self, crash_at: str | None = None) -> subprocess.Popen[bytes]:
+        """An extractor in its own process (for kill tests), logging to ``log_path``;
+        ``crash_at`` arms a crash point (replicator.crashpoints)."""
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+        env.pop("TREP_CRASH_AT", None)
+        if crash_at is not None:
+            env["TREP_CRASH_AT"] = crash_at
         with self.log_path.open("ab") as log:
             proc = subprocess.Popen([sys.executable, "-m", "trep.extract", "-c",
                                      str(self.config_path)], stdout=log, stderr=log,

@@ -8,6 +8,9 @@ import subprocess
 import time
 from collections.abc import Callable
 
+from replicator.control import ComponentNodes
+from replicator.zk import connect
+from thl_topics.event import RowChange
 from thl_topics.producer import ProducerFenced, ThlProducer
 
 from .conftest import ServiceUnderTest
@@ -191,3 +194,50 @@ def test_stale_extractor_is_fenced_by_kafka(
     finally:
         newer.close()
         stale.stop()
+
+
+def test_a_new_service_killed_before_its_first_event_loses_nothing(
+        make_service: Callable[..., ServiceUnderTest]) -> None:
+    """The first position is durable once the extractor is ONLINE: killed before it has
+    published anything, it resumes there, not at the binlog's end of its second start."""
+    svc = make_service(batch_ms=20)
+    s = svc.schema
+    svc.sql(f"CREATE TABLE {s}.t (id INT PRIMARY KEY)")
+    proc = svc.start_process()
+    deadline = time.monotonic() + 60
+    while _extractor_state(svc) != "ONLINE":
+        assert proc.poll() is None, svc.log_path.read_text()[-3000:]
+        assert time.monotonic() < deadline, svc.log_path.read_text()[-3000:]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    assert svc.tail_seqno() == -1, "the test must kill it before its first event"
+    svc.sql(f"INSERT INTO {s}.t VALUES (1), (2)")
+    svc.sql(f"INSERT INTO {s}.t VALUES (3)")
+    proc = svc.start_process()
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            ids = [row[0] for e in svc.events() for item in e.data
+                   if isinstance(item, RowChange) and item.table == "t"
+                   for row in item.column_values]
+            if ids == [1, 2, 3]:
+                break
+            assert time.monotonic() < deadline, (ids, svc.log_path.read_text()[-3000:])
+            time.sleep(0.3)
+        assert "resuming at" in svc.log_path.read_text()
+        assert "(from first position)" in svc.log_path.read_text()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    assert proc.returncode == 0
+
+
+def _extractor_state(svc: ServiceUnderTest) -> str | None:
+    zk = connect(svc.cfg.zookeeper.hosts, 10)
+    try:
+        status = ComponentNodes(zk, svc.cfg.zookeeper.root, svc.name, "extractor").status()
+        return None if status is None else str(status.get("state"))
+    finally:
+        zk.stop()
+        zk.close()

@@ -14,8 +14,9 @@ import pymysql
 from pymysqlreplication import BinLogStreamReader
 
 from extractor import row_decoder, table_map_cache
+from extractor.binlog_position import BinlogPosition
 from extractor.service import _EVENTS
-from extractor.transactions import BinlogPosition, TransactionAssembler
+from extractor.transactions import TransactionAssembler
 from replicator.filters import ReplicateFilter
 from stack.services.mariadb import MariaDB
 from thl_topics.codec import ThlCodec

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from extractor.transactions import BinlogPosition
+from extractor.binlog_position import BinlogPosition
 
 
 def test_event_id_layout() -> None:
