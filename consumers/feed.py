@@ -20,7 +20,7 @@ from thl_topics.errors import (
     ThlError,
     ThlTopicMissing,
 )
-from thl_topics.reader import ThlReader, ThlRecord
+from thl_topics.reader import RecordJoiner, ThlReader, ThlRecord
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,8 @@ class ThlFeed:
             self._reader = ThlReader(kafka, topic)
         except ThlError as exc:
             raise _consumer_error(topic, exc) from exc
+        #: Joins a chunked fragment's records (a row larger than a Kafka record) as they come.
+        self._joiner = RecordJoiner(self._reader)
         settings, self._watch = watched(kafka)
         conf = {
             **settings,
@@ -91,7 +93,7 @@ class ThlFeed:
         does not reach that far yet)."""
         try:
             offset = self._reader.offset_of(seqno, fragno)
-            for rec in self._reader.records(offset, offset + 1):
+            for rec in self._reader.records(offset):
                 return rec
             return None
         except ThlError as exc:
@@ -113,9 +115,11 @@ class ThlFeed:
         except ThlError as exc:
             raise _consumer_error(self.topic, exc) from exc
         self._consumer.assign([TopicPartition(self.topic, 0, offset)])
+        self._joiner.reset()
 
     def poll(self, timeout: float) -> ThlRecord | None:
-        """The next committed record, or None if none arrived within ``timeout``."""
+        """The next committed record, or None if none arrived within ``timeout`` (or only
+        some chunks of a fragment published in chunks did)."""
         msg = self._consumer.poll(timeout)
         # poll() served the error callbacks: a broker that now refuses this client (a
         # rotated password, a revoked certificate) stops the group instead of a silent loop.
@@ -133,7 +137,7 @@ class ThlFeed:
             # Broker transport errors: librdkafka reconnects by itself.
             log.warning("THL topic %s: %s", self.topic, err.str())
             return None
-        return self._reader.to_record(msg)
+        return self._joiner.add(msg)
 
     def _check_access(self) -> None:
         try:

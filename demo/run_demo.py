@@ -115,7 +115,7 @@ def thl_event_at(cfg: ServiceConfig, seqno: int, fragno: int) -> ThlEvent | None
     try:
         with ThlReader(cfg.kafka.client(), cfg.thl_topic) as reader:
             offset = reader.offset_of(seqno, fragno)
-            for rec in reader.records(offset, offset + 1):
+            for rec in reader.records(offset):
                 return rec.event if (rec.seqno, rec.fragno) == (seqno, fragno) else None
     except ThlTopicMissing:
         return None

@@ -34,11 +34,12 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from thl_topics.chunks import Joiner
 from thl_topics.client import client_settings
 from thl_topics.codec import ThlCodec
 from thl_topics.errors import ThlError
 from thl_topics.event import RowAction, RowChange, ThlEvent
-from thl_topics.reader import ThlReader, ThlRecord
+from thl_topics.reader import ThlReader, ThlRecord, is_chunk_key
 from thl_topics.values import format_datetime, format_time, from_thl
 
 if TYPE_CHECKING:
@@ -263,7 +264,8 @@ def spark_changes(spark: SparkSession, kafka: str | Mapping[str, Any], topic: st
                "kafka.isolation.level": "read_committed", "failOnDataLoss": "true"}
     options.update({f"kafka.{k}": str(v) for k, v in settings.items()
                     if k != "bootstrap.servers"})
-    raw = spark.read.format("kafka").options(**options).load().select("value")
+    raw = spark.read.format("kafka").options(**options).load().select("key", "value",
+                                                                       "offset")
     decoded = spark.createDataFrame(raw.rdd.mapPartitions(_decoder(topic, tuple(tables))),
                                     _DECODED).persist()
     try:
@@ -297,8 +299,19 @@ def _decoder(topic: str, tables: tuple[str, ...]
              ) -> Callable[[Iterable[Any]], Iterable[tuple[Any, ...]]]:
     def decode(values: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
         codec = ThlCodec()
+        # The one THL partition is one Spark partition, in offset order: a fragment
+        # published in chunks is joined here, as ThlReader joins it.
+        chunks = Joiner(topic)
         for item in values:
-            event = codec.decode(bytes(item.value), topic=topic, partition=0)
+            key, value = bytes(item.key or b""), bytes(item.value or b"")
+            if is_chunk_key(key):
+                joined = chunks.add(key, value, item.offset)
+                if joined is None:
+                    continue
+                value = joined.value
+            else:
+                chunks.whole()
+            event = codec.decode(value, topic=topic, partition=0, offset=item.offset)
             rows = sum(i.row_count for i in event.data if isinstance(i, RowChange))
             yield ("F", event.seqno, event.fragno, event.last_frag, rows, None, None, None,
                    None, None, None, None, None, None)

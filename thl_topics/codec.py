@@ -70,7 +70,7 @@ class ThlCodec:
         """Single-object encoding of one event."""
         if self.fast:
             try:
-                return MAGIC + self.current.fingerprint + fast_encoder.encode_body(event)
+                return fast_encoder.encode_body(event, MAGIC + self.current.fingerprint)
             except (TypeError, AttributeError, KeyError, UnicodeError):
                 pass  # a value outside the schema: fastavro says precisely what is wrong
         return self.encode_reference(event)

@@ -93,9 +93,10 @@ def _map(values: dict[str, str], out: list[bytes]) -> None:
     out.append(b"\x00")
 
 
-def encode_body(event: ThlEvent) -> bytes:
-    """The Avro binary body of ``event`` (no single-object header)."""
-    out = [_long(event.seqno), _long(event.fragno), b"\x01" if event.last_frag else b"\x00",
+def encode_body(event: ThlEvent, header: bytes = b"") -> bytes:
+    """The Avro binary body of ``event``, after ``header`` (the single-object header: one
+    join, so a fragment of many MiB is not copied once more to put it in front)."""
+    out = [header, _long(event.seqno), _long(event.fragno), b"\x01" if event.last_frag else b"\x00",
            _long(event.epoch), _string(event.source_id), _string(event.event_id),
            _string(event.shard_id), _long(event.tstamp)]
     _map(event.metadata, out)

@@ -12,11 +12,12 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from thl_topics.chunks import chunk_bytes, split
 from thl_topics.client import access_error, is_access_error, settings_error, watched
 from thl_topics.codec import ThlCodec
 from thl_topics.errors import ThlError, ThlUnavailable, is_passing
 from thl_topics.event import ThlEvent
-from thl_topics.records import record_headers, record_key
+from thl_topics.records import HEADER_CHUNK, record_headers, record_key
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,10 @@ class ThlProducer:
         self.topic = topic
         self.codec = codec or ThlCodec()
         self.timeout = timeout
+        #: A larger encoded fragment is cut into records of this size (thl_topics.chunks).
+        self.chunk_bytes = chunk_bytes(max_message_bytes)
+        #: Fragments published in chunks by this producer (for tests and metrics).
+        self.chunked = 0
         self._errors: list[KafkaError] = []
         settings, self._watch = watched(kafka)
         self._settings = settings
@@ -92,20 +97,37 @@ class ThlProducer:
             self._call(self._producer.begin_transaction)
             self._in_txn = True
         value = self.codec.encode(event)
+        if len(value) <= self.chunk_bytes:
+            self._produce(record_key(event.seqno, event.fragno), value,
+                          record_headers(event, self.codec.fingerprint_hex))
+        else:
+            # Larger than a record may be: consecutive chunks in this same transaction.
+            count = -(-len(value) // self.chunk_bytes)
+            for index, piece in enumerate(split(value, self.chunk_bytes)):
+                last = index == count - 1
+                headers = record_headers(event, self.codec.fingerprint_hex, marks=last)
+                headers.append((HEADER_CHUNK, f"{index}/{count}".encode()))
+                self._produce(record_key(event.seqno, event.fragno, (index, count)), piece,
+                              headers)
+            self.chunked += 1
+            log.info("%s: seqno %d fragment %d is %d bytes: published in %d chunks of at "
+                     "most %d", self.topic, event.seqno, event.fragno, len(value), count,
+                     self.chunk_bytes)
+        # poll() raises a fatal error (fenced, ...) as soon as librdkafka knows it.
+        self._call(self._producer.poll, 0)
+
+    def _produce(self, key: bytes, value: bytes,
+                 headers: list[tuple[str, str | bytes | None]]) -> None:
         while True:
             try:
-                self._producer.produce(
-                    self.topic, value=value, key=record_key(event.seqno, event.fragno),
-                    partition=0, headers=record_headers(event, self.codec.fingerprint_hex),
-                    on_delivery=self._delivered)
-                break
+                self._producer.produce(self.topic, value=value, key=key, partition=0,
+                                       headers=headers, on_delivery=self._delivered)
+                return
             except BufferError:
                 # The local queue is full: let deliveries drain, then try again.
                 self._call(self._producer.poll, 0.1)
             except KafkaException as exc:
                 raise self._error(exc.args[0]) from exc
-        # poll() raises a fatal error (fenced, ...) as soon as librdkafka knows it.
-        self._call(self._producer.poll, 0)
 
     @property
     def in_transaction(self) -> bool:

@@ -10,6 +10,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from thl_topics.chunks import Joiner
 from thl_topics.client import (
     ClientSettings,
     access_error,
@@ -34,6 +35,14 @@ class ThlRecord:
     error: ThlDecodeError | None = None
     #: Encoded size of the record's value, bytes.
     size: int = 0
+    #: A fragment published in chunks (thl_topics.chunks) starts at this offset and ends at
+    #: ``offset``; -1 for a record of its own.
+    first_offset: int = -1
+
+    @property
+    def start_offset(self) -> int:
+        """The offset of the fragment's first record (its first chunk's, if chunked)."""
+        return self.offset if self.first_offset < 0 else self.first_offset
 
 
 class ThlReader:
@@ -149,10 +158,15 @@ class ThlReader:
         """Records from ``start_offset`` up to ``end_offset`` (default: the current end).
 
         A record that does not decode is yielded with its error, not raised: a reader such as
-        ``thl list`` reports it and goes on; an applier decides to stop.
+        ``thl list`` reports it and goes on; an applier decides to stop. A fragment published
+        in chunks is one record, yielded when its last chunk is read; one that starts before
+        ``start_offset`` or ends at or after ``end_offset`` is not in the range.
         """
+        joiner = RecordJoiner(self)
         for msg in self.raw(start_offset, end_offset):
-            yield self.to_record(msg)
+            rec = joiner.add(msg)
+            if rec is not None:
+                yield rec
 
     def raw(self, start_offset: int, end_offset: int | None = None) -> Iterator[Message]:
         """Undecoded messages from ``start_offset`` up to ``end_offset`` (default: the end)."""
@@ -202,6 +216,7 @@ class ThlReader:
                idle: float = 0.5) -> Iterator[ThlRecord]:
         """Records from ``start_offset`` on, waiting for new ones, until ``stop`` is set."""
         self._consumer.assign([TopicPartition(self.topic, 0, start_offset)])
+        joiner = RecordJoiner(self)
         while not stop.is_set():
             msg = self._consumer.poll(idle)
             if msg is None:
@@ -211,7 +226,9 @@ class ThlReader:
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
                 raise self._read_error(err, "read failed")
-            yield self.to_record(msg)
+            rec = joiner.add(msg)
+            if rec is not None:
+                yield rec
 
     def sample(self, offset: int) -> tuple[int, int] | None:
         """(offset, seqno) of the first record at or after ``offset``, None past the end."""
@@ -221,7 +238,8 @@ class ThlReader:
         return _offset(msg), parse_key(msg.key() or b"")[0]
 
     def to_record(self, msg: Message) -> ThlRecord:
-        """Decode one Kafka message of the THL topic."""
+        """Decode one Kafka message of the THL topic (a whole fragment: chunks are joined by
+        ``RecordJoiner`` first)."""
         offset = _offset(msg)
         size = len(msg.value() or b"")
         try:
@@ -254,6 +272,50 @@ class ThlReader:
                 return None
             step *= 4
         return None
+
+class RecordJoiner:
+    """Turns the messages of one read, in offset order, into records: a whole fragment's
+    message at once, a chunked fragment's once its last chunk is in (None until then)."""
+
+    def __init__(self, reader: ThlReader) -> None:
+        self._reader = reader
+        self._chunks = Joiner(reader.topic)
+
+    def add(self, msg: Message) -> ThlRecord | None:
+        key = msg.key() or b""
+        offset = _offset(msg)
+        try:
+            if not is_chunk_key(key):
+                self._chunks.whole()
+                return self._reader.to_record(msg)
+            joined = self._chunks.add(key, msg.value(), offset)
+        except ThlDecodeError as exc:
+            return ThlRecord(offset, -1, -1, None, exc, len(msg.value() or b""))
+        except (ValueError, UnicodeDecodeError):
+            err = ThlDecodeError(f"bad record key {key!r}", topic=self._reader.topic,
+                                 partition=0, offset=offset)
+            return ThlRecord(offset, -1, -1, None, err, len(msg.value() or b""))
+        if joined is None:
+            return None
+        seqno, fragno = parse_key(key)
+        try:
+            event = self._reader.codec.decode(joined.value, topic=self._reader.topic,
+                                              partition=0, offset=joined.first_offset)
+        except ThlDecodeError as exc:
+            return ThlRecord(offset, seqno, fragno, None, exc, len(joined.value),
+                             joined.first_offset)
+        return ThlRecord(offset, seqno, fragno, event, None, len(joined.value),
+                         joined.first_offset)
+
+    def reset(self) -> None:
+        """The next message starts a new read (after a seek)."""
+        self._chunks = Joiner(self._reader.topic)
+
+
+def is_chunk_key(key: bytes) -> bool:
+    """A chunk's key is longer than a whole fragment's (``<seqno>.<fragno>``: 27 bytes)."""
+    return len(key) > 27
+
 
 def _offset(msg: Message) -> int:
     """A fetched record always has an offset; the stubs allow None for produced ones."""

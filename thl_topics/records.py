@@ -2,6 +2,11 @@
 
 The key is ``<seqno:020d>.<fragno:06d>``: unique per fragment, so compaction only removes a
 re-published duplicate, and it sorts in seqno order as plain text in any Kafka tool.
+
+A fragment whose encoded value is larger than one Kafka record may be (a row of many MiB) is
+cut into chunks (``thl_topics.chunks``), records of their own in the same Kafka transaction,
+keyed ``<seqno:020d>.<fragno:06d>.<index:04d>/<count:04d>``: still unique and in order, and
+readers put them back together before decoding.
 """
 
 from __future__ import annotations
@@ -26,20 +31,39 @@ META_PROVISIONING = "provisioning"
 META_CHECK = "check"
 
 
-def record_key(seqno: int, fragno: int) -> bytes:
-    """The record key of fragment ``fragno`` of ``seqno``."""
-    return f"{seqno:020d}.{fragno:06d}".encode()
+#: The chunk header of a chunked fragment's records: ``<index>/<count>``.
+HEADER_CHUNK = "chunk"
+
+
+def record_key(seqno: int, fragno: int, chunk: tuple[int, int] | None = None) -> bytes:
+    """The record key of fragment ``fragno`` of ``seqno`` (of its chunk ``(index, count)``
+    if it is cut into chunks)."""
+    if chunk is None:
+        return f"{seqno:020d}.{fragno:06d}".encode()
+    return f"{seqno:020d}.{fragno:06d}.{chunk[0]:04d}/{chunk[1]:04d}".encode()
 
 
 def parse_key(key: bytes) -> tuple[int, int]:
-    """(seqno, fragno) from a record key; ValueError if it is not a THL key."""
-    seqno, _, fragno = key.decode("ascii").partition(".")
+    """(seqno, fragno) from a record key (a chunk's too); ValueError if it is not a THL key."""
+    seqno, _, rest = key.decode("ascii").partition(".")
+    fragno, _, _ = rest.partition(".")
     return int(seqno), int(fragno)
 
 
-def record_headers(event: ThlEvent,
-                   fingerprint_hex: str) -> list[tuple[str, str | bytes | None]]:
-    """Headers on every THL record: the epoch first, then what lets tools filter unread."""
+def parse_chunk(key: bytes) -> tuple[int, int] | None:
+    """(index, count) of a chunk's record key; None for a whole fragment's."""
+    parts = key.split(b".", 2)
+    if len(parts) < 3:
+        return None
+    index, _, count = parts[2].partition(b"/")
+    return int(index), int(count)
+
+
+def record_headers(event: ThlEvent, fingerprint_hex: str,
+                   marks: bool = True) -> list[tuple[str, str | bytes | None]]:
+    """Headers on every THL record: the epoch first, then what lets tools filter unread
+    (``marks``: the provisioning marks too; a chunked fragment has them on its last chunk,
+    so a reader that counts them by header counts the fragment once)."""
     headers: list[tuple[str, str | bytes | None]] = [
         (HEADER_EPOCH, str(event.epoch).encode()),
         ("seqno", str(event.seqno).encode()),
@@ -49,9 +73,9 @@ def record_headers(event: ThlEvent,
         ("event_id", event.event_id.encode()),
         (HEADER_FINGERPRINT, fingerprint_hex.encode()),
     ]
-    marks = event.metadata.get(HEADER_PROVISION)
-    if marks is not None:
-        headers.append((HEADER_PROVISION, marks.encode()))
+    provision = event.metadata.get(HEADER_PROVISION) if marks else None
+    if provision is not None:
+        headers.append((HEADER_PROVISION, provision.encode()))
     return headers
 
 

@@ -46,7 +46,7 @@ from thl_topics.event import ThlEvent
 from thl_topics.purge import plan_purge
 from thl_topics.purge import purge as do_purge
 from thl_topics.reader import ThlReader
-from thl_topics.records import RecordHeaders
+from thl_topics.records import RecordHeaders, parse_chunk
 from trep.config import ConfigError, ServiceConfig, load_config
 from trep.thl_format import event_json, format_error, format_event
 
@@ -285,7 +285,8 @@ def info(obj: _Ctx) -> None:
                 h = RecordHeaders.parse(msg.headers())
             except (KeyError, ValueError):
                 continue
-            if h.fragno == 0:
+            chunk = parse_chunk(msg.key() or b"")
+            if h.fragno == 0 and (chunk is None or chunk[0] == 0):
                 epochs[h.epoch] += 1
             first = h.seqno if first is None else first
             last = h.seqno
