@@ -50,6 +50,7 @@ from consumers.changes.types import Value
 from consumers.check import CheckRange, CheckResult
 from consumers.errors import ConsumerError, DataError, PositionConflict, TransientError
 from consumers.heartbeat import Heartbeat
+from consumers.oversize import largest, mib, too_large
 from consumers.position import Position
 from consumers.provisioning import chunk_of
 from consumers.registry import ApplierContext
@@ -155,7 +156,8 @@ class ChangesApplier:
             # One seqno is one block at least: a million-row transaction is one Kafka
             # transaction (the broker's transaction.max.timeout.ms is 15 minutes).
             "transaction.timeout.ms": 15 * 60 * 1000,
-            "queue.buffering.max.kbytes": 64 * 1024,
+            # Room for a record of max_message_bytes: a larger one would wait forever.
+            "queue.buffering.max.kbytes": max(64 * 1024, 2 * self.cfg.max_message_bytes // 1024),
             **self.cfg.producer,
         })
         try:
@@ -439,6 +441,8 @@ class ChangesApplier:
                     raise DataError(f"{self.target}: a row of {shape.schema}.{shape.table} "
                                     f"(seqno {origin.seqno}) does not fit its schema: {exc}",
                                     seqno=origin.seqno) from exc
+                if len(value) + len(key or b"") > self._record_limit:
+                    raise self._too_large(shape, origin.seqno, len(value), specs, new or old)
                 headers = self._headers(origin)
                 self._produce(shape.topic, key, value, headers, origin.seqno)
                 if op == "d" and self.cfg.tombstones and key is not None:
@@ -446,6 +450,22 @@ class ChangesApplier:
                 self._total += 1
                 order += 1
         self._per_table[name] = order
+
+    @property
+    def _record_limit(self) -> int:
+        """A record's key and value at most: the limit less room for headers and batch."""
+        return self.cfg.max_message_bytes - 16 * 1024
+
+    def _too_large(self, shape: Shape, seqno: int, size: int, specs: Sequence[ColumnSpec],
+                   row: Sequence[Value] | None) -> DataError:
+        names = [s.name for s in specs]
+        why = too_large("the change record", f"{shape.schema}.{shape.table}", seqno, size,
+                        largest(zip(names, row or [], strict=False)),
+                        f"this group's max_message_bytes ({mib(self.cfg.max_message_bytes)})",
+                        "raise max_message_bytes (a topic keeps the max.message.bytes it was "
+                        f"created with: raise {shape.topic}'s too), within the broker's "
+                        "socket.request.max.bytes")
+        return DataError(f"{self.target}: {why}", seqno=seqno)
 
     def _headers(self, origin: Origin) -> list[tuple[str, bytes]]:
         """A record's headers: its seqno, epoch and place in the transaction."""

@@ -110,8 +110,12 @@ class ChangesTarget(BaseModel):
     #: a consistency check waits for a transaction left open in a topic it reads back
     #: (then it is retried).
     transaction_timeout_s: float = Field(60.0, gt=0)
-    #: Largest record the producer sends.
-    max_message_bytes: int = Field(8 * 1024 * 1024, ge=1024 * 1024)
+    #: Largest record the producer sends, and the ``max.message.bytes`` of the topics it
+    #: creates: a row of 64 MiB is 85 MiB of base64 in JSON. A record must also pass the
+    #: broker's ``socket.request.max.bytes`` (100 MiB by default), and a data team's reader
+    #: must take it (librdkafka's ``receive.message.max.bytes``: 100 MB by default). A
+    #: larger record stops the group with a data error.
+    max_message_bytes: int = Field(90 * 1024 * 1024, ge=1024 * 1024)
     #: Extra librdkafka producer settings (security, ...), applied last.
     producer: dict[str, Any] = Field(default_factory=dict)
 

@@ -227,6 +227,8 @@ def messages(kafka: Mapping[str, Any], topics: Iterable[str], timeout: float = 3
                          # Reading starts at each partition's beginning: a reset could only
                          # skip records silently, so it fails instead.
                          "auto.offset.reset": "error",
+                         # A record of a row of many MiB (the producer's max_message_bytes).
+                         "receive.message.max.bytes": 256 * 1024 * 1024,
                          "enable.partition.eof": True})
     try:
         meta = consumer.list_topics(timeout=timeout)

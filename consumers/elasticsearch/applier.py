@@ -71,6 +71,7 @@ from consumers.elasticsearch.errors import (
     reason,
     refused_column,
     request_error,
+    size_limit,
 )
 from consumers.elasticsearch.naming import (
     TOMBSTONE_SUFFIX,
@@ -84,6 +85,7 @@ from consumers.elasticsearch.naming import (
 from consumers.elasticsearch.types import Features, JsonValue, RowEncoder, field_mapping
 from consumers.errors import DataError, PositionConflict, TransientError
 from consumers.heartbeat import Heartbeat
+from consumers.oversize import largest, mib, too_large
 from consumers.position import Position
 from consumers.provisioning import chunk_of
 from consumers.registry import ApplierContext
@@ -818,8 +820,17 @@ class ElasticsearchApplier:
         attempt = 0
         while True:
             seqno = min(w.seqno for w in chunk)
-            answer = self._bulk(b"".join(w.lines for w in chunk),
-                                f"writing {len(chunk)} document(s)", seqno)
+            try:
+                answer = self._bulk(b"".join(w.lines for w in chunk),
+                                    f"writing {len(chunk)} document(s)", seqno, sized=True)
+            except _TooLarge as exc:
+                if len(chunk) == 1:
+                    raise self._too_large(chunk[0], exc.limit, exc.setting) from exc
+                # Refused for its size alone: the same documents in smaller requests.
+                half = len(chunk) // 2
+                self._send_chunk(chunk[:half])
+                self._send_chunk(chunk[half:])
+                return
             if not answer.get("errors"):
                 return
             retry: list[_Write] = []
@@ -862,7 +873,9 @@ class ElasticsearchApplier:
             time.sleep(wait)
             chunk = retry
 
-    def _bulk(self, body: bytes, doing: str, seqno: int = -1) -> dict[str, Any]:
+    def _bulk(self, body: bytes, doing: str, seqno: int = -1,
+              sized: bool = False) -> dict[str, Any]:
+        """One bulk request (``sized``: a refusal for its size alone is ``_TooLarge``)."""
         try:
             # Serialized here (one json.dumps per document, collapsed first): the client
             # passes bytes through as NDJSON, although its signature only names mappings.
@@ -870,8 +883,24 @@ class ElasticsearchApplier:
                 operations=body,  # type: ignore[arg-type]
                 filter_path=_BULK_FILTER).body
         except (ApiError, TransportError) as exc:
+            limit = size_limit(exc) if sized else None
+            if limit is not None:
+                raise _TooLarge(*limit) from exc
             raise request_error(exc, self.target, doing, seqno=seqno) from exc
         return answer
+
+    def _too_large(self, write: _Write, limit: int, setting: str) -> DataError:
+        """A document that no request the server takes can hold."""
+        try:
+            body = json.loads(write.lines.split(b"\n", 1)[1])
+        except (IndexError, ValueError):
+            body = {}
+        column = largest(body.items()) if isinstance(body, dict) else None
+        why = too_large(f"document {write.doc_id} (index {write.table.index})",
+                        write.table.qualified, write.seqno, len(write.lines), column,
+                        f"the {mib(limit)} Elasticsearch takes in one request ({setting})",
+                        "give the cluster more heap or raise that setting")
+        return DataError(f"{self.target}: {why}", seqno=write.seqno)
 
     def _refused(self, refused: tuple[_Write, dict[str, Any]]) -> DataError:
         write, result = refused
@@ -881,6 +910,15 @@ class ElasticsearchApplier:
             f"{self.target}: index {write.table.index} refused document {write.doc_id} of "
             f"seqno {write.seqno} (table {write.table.qualified}{where}): {reason(result)}. "
             "Fix the mapping or the data, or skip the seqno", seqno=write.seqno)
+
+
+class _TooLarge(Exception):
+    """A bulk request refused for its size alone (the limit in bytes, the setting)."""
+
+    def __init__(self, limit: int, setting: str) -> None:
+        super().__init__(f"refused above {limit} bytes ({setting})")
+        self.limit = limit
+        self.setting = setting
 
 
 def _layout(specs: list[ColumnSpec]) -> tuple[Any, ...]:

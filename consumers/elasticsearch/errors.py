@@ -85,6 +85,25 @@ def refused_column(result: dict[str, Any]) -> str | None:
     return found.group(1) if found else None
 
 
+_PRESSURE = re.compile(r"coordinating_operation_bytes=(\d+), max_coordinating_bytes=(\d+)")
+
+
+def size_limit(exc: Exception) -> tuple[int, str] | None:
+    """The server's limit (bytes, and the setting behind it) when it refused a request for
+    its size alone, which sending it again cannot change; None for any other failure."""
+    if not isinstance(exc, ApiError):
+        return None
+    body = exc.body if isinstance(exc.body, dict) else {"error": str(exc.body)}
+    if exc.status_code == 413:
+        return 100 * 1024 * 1024, "http.max_content_length (100mb by default)"
+    if exc.status_code == 429:
+        found = _PRESSURE.search(reason(body))
+        if found is not None and int(found.group(1)) > int(found.group(2)):
+            return int(found.group(2)), ("indexing_pressure.memory.limit (10% of the heap by "
+                                         "default)")
+    return None
+
+
 def request_error(exc: Exception, target: str, doing: str, seqno: int = -1) -> ConsumerError:
     """A failed request as the consumer's error kind."""
     if isinstance(exc, ApiError):

@@ -100,6 +100,7 @@ from consumers.mongodb.types import (
     refused_field,
     thl_value,
 )
+from consumers.oversize import largest, mib, too_large
 from consumers.position import Position
 from consumers.provisioning import chunk_of, idempotent_tables
 from consumers.registry import ApplierContext
@@ -608,9 +609,12 @@ class MongoApplier:
     def _check_sizes(self, writes: list[Write]) -> None:
         for w in writes:
             if w.encode() > self._max_bson():
-                raise self._data_error(w, w.table, None,
-                                       f"the document is {w.encode()} bytes; the server takes "
-                                       f"{self._max_bson()} at most")
+                why = too_large(
+                    "the document", w.table, w.seqno, w.encode(),
+                    largest((w.document() or {}).items()),
+                    f"the {mib(self._max_bson())} the server takes (maxBsonObjectSize, "
+                    "fixed in MongoDB)", "no setting raises it")
+                raise DataError(f"{self.target}: {why}", seqno=w.seqno, event_id=w.event_id)
 
     def _send(self, ns: Namespace, writes: list[Write], session: ClientSession | None
               ) -> list[RawDoc]:

@@ -38,7 +38,13 @@ from typing import TYPE_CHECKING
 
 from consumers.applier import Atomicity, BlockLimits, Capabilities, StatementPolicy
 from consumers.check import CheckRange, CheckResult
-from consumers.errors import ConsumerError, DataError, PositionConflict, TransientError
+from consumers.errors import (
+    ConsumerError,
+    DataError,
+    PositionConflict,
+    TerminalError,
+    TransientError,
+)
 from consumers.heartbeat import Heartbeat
 from consumers.position import Position
 from consumers.registry import ApplierContext
@@ -60,6 +66,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Spark deaths in a row, with no block committed between them, before the group stops.
+SPARK_DEATHS = 3
+
 #: Tungsten's batch defaults: 10,000 rows or 30 seconds, whichever comes first.
 DEFAULT_BLOCK = BlockLimits(events=1_000_000, rows=10_000, bytes=256 << 20, ms=30_000)
 
@@ -77,6 +86,8 @@ class WarehouseApplier:
             keyless_tables=cfg.keyless == "history", checks=True, block=DEFAULT_BLOCK)
         self.area = StagingArea(cfg.staging(), self.service, self.group)
         self._spark: SparkSession | None = None
+        #: Times Spark died since the last committed block.
+        self._deaths = 0
         self._writer: DeltaWriter | None = None
         self._tracking: DeltaTracking | None = None
         self._stager = self._new_stager()
@@ -118,9 +129,19 @@ class WarehouseApplier:
     def connect(self) -> None:
         try:
             if self._spark is not None and not spark_sessions.alive(self._spark):
-                log.warning("%s: Spark went away; starting a new session", self.target)
                 spark_sessions.release(self._spark)
                 self._spark = None
+                # A Spark that dies again and again on the same block (out of memory on a
+                # row of many MiB) would be restarted forever: after a few, stop and say so.
+                self._deaths += 1
+                if self._deaths >= SPARK_DEATHS:
+                    raise TerminalError(
+                        f"{self.target}: Spark died {self._deaths} times in a row before a "
+                        f"block after seqno {self._expected} committed (see Spark's log: out "
+                        "of memory on a large row?); give the driver more memory "
+                        "(spark.conf spark.driver.memory) and put the group online again")
+                log.warning("%s: Spark went away; starting a new session", self.target)
+                spark_sessions.forget_dead_jvm()
             if self._spark is None:
                 self._spark = spark_sessions.acquire(self.cfg.spark)
             self._writer = DeltaWriter(self.spark, self.cfg)
@@ -236,6 +257,7 @@ class WarehouseApplier:
             self._forget()
             raise self._classify(exc, f"committing up to seqno {position.seqno}") from exc
         self._expected = position.seqno
+        self._deaths = 0
         rows = sum(s.rows for s in segments)
         if self.cfg.mode == "merge" and not self.cfg.keep_staging:
             try:

@@ -157,6 +157,25 @@ def end_jvm(timeout: float = 30.0) -> None:
         proc.wait()
 
 
+def forget_dead_jvm() -> None:
+    """After the JVM died (killed, out of memory): drop pyspark's handles on it, so the next
+    ``acquire`` starts a new one instead of calling the dead one forever."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    proc: subprocess.Popen[bytes] | None = getattr(gateway, "proc", None)
+    if proc is not None and proc.poll() is None:
+        try:
+            gateway.jvm.java.lang.System.currentTimeMillis()
+            return  # the JVM answers: only the session was stopped
+        except Exception as exc:  # py4j's network errors: the JVM is gone or hung
+            log.warning("Spark's JVM does not answer (%s); starting a new one", exc)
+    SparkContext._active_spark_context = None
+    end_jvm(timeout=10.0)
+
+
 def alive(spark: SparkSession) -> bool:
     """True while the session's JVM and SparkContext answer."""
     try:

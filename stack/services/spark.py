@@ -148,7 +148,7 @@ def prepare_env() -> Path:
 
 
 def base_conf(warehouse: Path | None = None) -> dict[str, str]:
-    """Spark settings of the local stack: Delta, the pre-fetched jars, 1 GiB, no UI, small
+    """Spark settings of the local stack: Delta, the pre-fetched jars, 2 GiB, no UI, small
     shuffles, 127.0.0.1, Spark's log in ``.run/spark/spark.log``."""
     svc = Spark()
     spark_dir = prepare_env()
@@ -158,7 +158,9 @@ def base_conf(warehouse: Path | None = None) -> dict[str, str]:
         "spark.jars": ",".join(str(j) for j in svc.jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-        "spark.driver.memory": "1g",
+        # A row of 64 MiB is staged as 85 MiB of base64 text: reading it back takes a few
+        # copies of that in the driver (the CSV reader's char buffers, a String, UTF-8).
+        "spark.driver.memory": "2g",
         "spark.driver.extraJavaOptions": java_opts,
         "spark.executor.extraJavaOptions": java_opts,
         "spark.driver.bindAddress": HOST,
@@ -178,7 +180,7 @@ def warehouse_spark(master: str = "local[2]", **extra: str) -> dict[str, object]
 
 
 def session(app_name: str, warehouse: Path | None = None) -> SparkSession:
-    """A local SparkSession with Delta, Kafka and Avro: 2 cores, 1 GiB, JDK 17, no UI.
+    """A local SparkSession with Delta, Kafka and Avro: 2 cores, 2 GiB, JDK 17, no UI.
 
     Spark's own log (level WARN) goes to ``.run/spark/spark.log``, not the console. End it
     with :func:`stop_session` to get the JVM back, not just ``spark.stop()``.
