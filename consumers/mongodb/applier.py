@@ -607,8 +607,15 @@ class MongoApplier:
                           session=session)
 
     def _check_sizes(self, writes: list[Write]) -> None:
+        """A document above the server's limit is a data error here, before it is sent:
+        FerretDB stores one, a MongoDB server refuses it, pymongo's insert_many does not
+        check. Cheap for the usual rows: only a document whose values could add up to the
+        limit is encoded to know its size."""
+        limit = self._max_bson()
         for w in writes:
-            if w.encode() > self._max_bson():
+            if w.raw is None and _upper_bound(w.document()) < limit:
+                continue
+            if w.encode() > limit:
                 why = too_large(
                     "the document", w.table, w.seqno, w.encode(),
                     largest((w.document() or {}).items()),
@@ -630,6 +637,7 @@ class MongoApplier:
     def _guarded(self, ns: Namespace, writes: list[Write], session: ClientSession | None
                  ) -> None:
         """Apply guarded writes of one namespace; already applied ones change nothing."""
+        self._check_sizes(writes)
         if session is None and self.server.scanning_updates:
             self._insert_first(ns, writes)
             return
@@ -862,3 +870,18 @@ class MongoApplier:
                     "process per group.", seqno=position.seqno)
             raise DataError(f"{self.target}: writing {COMMIT_SEQNO}: "
                             f"{error_text(errors[0])}", seqno=position.seqno)
+
+
+
+def _upper_bound(value: Any) -> int:
+    """At least the BSON size of a value (a row's document, or a value in it): 4 bytes a
+    UTF-8 character, 64 for numbers, dates and the like; nested documents summed."""
+    if isinstance(value, (bytes, bytearray)):  # bson's Binary too
+        return len(value) + 16
+    if isinstance(value, str):
+        return 4 * len(value) + 16
+    if isinstance(value, dict):
+        return sum(4 * len(k) + _upper_bound(v) for k, v in value.items()) + 16
+    if isinstance(value, (list, tuple)):
+        return sum(24 + _upper_bound(v) for v in value) + 16
+    return 64

@@ -46,10 +46,11 @@ class Replication:
                  kafka: Service, zookeeper: Service, *,
                  mariadb_target: dict[str, Any] | None = None,
                  pg_target: dict[str, Any] | None = None, pg_by_hand: bool = True,
+                 groups: dict[str, dict[str, Any]] | None = None,
                  **consumer: Any) -> None:
         """``consumer``: runtime settings of both groups; ``*_target``: target settings;
         ``pg_by_hand``: create the PostgreSQL schema and ``ready`` table here (else the
-        applier makes them from the THL)."""
+        applier makes them from the THL); ``groups``: more groups (name: their section)."""
         mariadb_target = mariadb_target or {}
         pg_target = pg_target or {}
         self.name = f"r{uuid.uuid4().hex[:10]}"
@@ -76,6 +77,7 @@ class Replication:
                                   "url": f"postgresql+psycopg://postgres@127.0.0.1:{pg.port}"
                                          "/postgres"},
                        **common},
+                **{name: {**common, **group} for name, group in (groups or {}).items()},
             },
         }))
         self.cfg: ServiceConfig = load_config(self.config_path)
@@ -200,6 +202,10 @@ class Replication:
 
     def status(self, group: str) -> dict[str, Any]:
         nodes = ComponentNodes(self.zk, self.cfg.zookeeper.root, self.name, f"consumers/{group}")
+        return nodes.status() or {}
+
+    def extractor_status(self) -> dict[str, Any]:
+        nodes = ComponentNodes(self.zk, self.cfg.zookeeper.root, self.name, "extractor")
         return nodes.status() or {}
 
     def wait_state(self, group: str, state: str, timeout: float = 60) -> dict[str, Any]:

@@ -221,3 +221,33 @@ def test_a_clear_tombstone_is_guarded_by_the_chunk_seqno() -> None:
     # The clear supersedes every update and delete before it: a replay skips them.
     assert loose.document() == {"_id": "3:1", "_seqno": 9, "_deleted": True,
                                 "_op": {"s": 9, "r": 0}}
+
+
+def test_the_size_bound_is_never_below_the_bson_size() -> None:
+    """The applier encodes only documents whose bound reaches the server's limit: the bound
+    must never be below the real size, or a document too large would go out unchecked."""
+    import datetime as dt
+    import random
+    from decimal import Decimal
+
+    import bson
+    from bson.binary import Binary
+    from bson.decimal128 import Decimal128
+    from bson.int64 import Int64
+
+    from consumers.mongodb.applier import _upper_bound
+
+    rng = random.Random(7)
+
+    def value(depth: int) -> object:
+        pick = rng.randrange(9 if depth < 3 else 7)
+        return [lambda: rng.randrange(-2**31, 2**31), lambda: Int64(rng.randrange(2**62)),
+                lambda: rng.random(), lambda: "ü😀x"[rng.randrange(3)] * rng.randrange(200),
+                lambda: Binary(rng.randbytes(rng.randrange(300))),
+                lambda: dt.datetime(2024, 1, 2), lambda: Decimal128(Decimal("1.5")),
+                lambda: {f"k{i}é": value(depth + 1) for i in range(rng.randrange(4))},
+                lambda: [value(depth + 1) for _ in range(rng.randrange(4))]][pick]()
+
+    for _ in range(500):
+        doc = {"_id": rng.randrange(1000), **{f"c{i}": value(0) for i in range(8)}}
+        assert _upper_bound(doc) >= len(bson.encode(doc)), doc

@@ -1,0 +1,56 @@
+"""A row larger than one target can hold stops that target's group alone: the extractor and
+the other groups go on, and the stopped group says which table, column, seqno and limit."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import pymongo
+import pymysql
+
+from stack.service import Service
+
+from .conftest import Replication
+
+MIB = 1 << 20
+
+
+def test_a_row_mongodb_cannot_hold_stops_only_its_group(
+        make_replication: Callable[..., Replication], ferretdb: Service) -> None:
+    rep = make_replication(groups={"mongo": {"target": {
+        "type": "mongodb", "url": f"mongodb://127.0.0.1:{ferretdb.port}/"}}})
+    s = rep.schema
+    rep.start()
+    rep.pgsql(f'CREATE TABLE "{s}".blobs (id INT PRIMARY KEY, b BYTEA)')
+    rep.src(f"CREATE TABLE {s}.blobs (id INT PRIMARY KEY, b LONGBLOB)")
+    before = rep.wait_source_applied(groups=("mariadb", "pg", "mongo"))
+    big = os.urandom(20 * MIB)
+    conn = pymysql.connect(host="127.0.0.1", port=rep.source.port, user="root", password="",
+                           autocommit=True, max_allowed_packet=256 * MIB)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"INSERT INTO {s}.blobs VALUES (1, %s)", (big,))
+            cur.execute(f"INSERT INTO {s}.blobs VALUES (2, 'after')")
+    finally:
+        conn.close()
+    status = rep.wait_state("mongo", "OFFLINE:ERROR", 120)
+    message = status["pendingExceptionMessage"]
+    assert status["pendingErrorSeqno"] == before + 1, status
+    assert f"{s}.blobs at seqno {before + 1} is 20.0 MiB" in message, message
+    assert "column b holds 20.0 MiB" in message and "16.0 MiB" in message, message
+    assert "dropcolumn" in message and f"--skip-seqno {before + 1}" in message, message
+    # The others applied it and what came after.
+    rep.wait_source_applied(groups=("mariadb", "pg"))
+    assert rep.tgt(f"SELECT id, LENGTH(b), b = %s FROM {s}.blobs ORDER BY id",
+                   params=(big,)) == [(1, 20 * MIB, 1), (2, 5, 0)]
+    assert rep.pgsql(f'SELECT id, length(b), b = %s FROM "{s}".blobs ORDER BY id',
+                     params=(big,)) == [(1, 20 * MIB, True), (2, 5, False)]
+    extractor = rep.extractor_status()
+    assert extractor["state"] == "ONLINE", extractor
+    with pymongo.MongoClient(f"mongodb://127.0.0.1:{ferretdb.port}/") as client:
+        try:
+            assert client[s]["blobs"].count_documents({}) == 0
+        finally:
+            client.drop_database(s)
+            client.drop_database(rep.cfg.tracking_schema)
