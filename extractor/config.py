@@ -31,6 +31,9 @@ class ExtractorConfig(BaseModel):
     batch_transactions: int = Field(200, gt=0)
     #: Longest a source transaction waits before its Kafka transaction commits.
     batch_ms: int = Field(100, ge=0)
+    #: Seconds without a binlog event (heartbeats come every 0.2 s when the source is idle),
+    #: or with read transactions not committed to the THL, before the status shows a stall.
+    stall_warning_s: float = Field(30.0, gt=0)
     #: Longest the source or Kafka may stay unreachable before the extractor stops with
     #: OFFLINE:ERROR; meanwhile it starts again from the THL tail with backoff. 0: forever.
     retry_limit_s: float = Field(0, ge=0)

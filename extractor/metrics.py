@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -28,6 +29,21 @@ class ExtractorCollector(Collector):
              status.appliedLatency),
             ("trep_extractor_online", "1 when the extractor is ONLINE",
              1 if status.state == State.ONLINE.value else 0),
+        ):
+            family = GaugeMetricFamily(name, doc, labels=["service"])
+            family.add_metric([self.service], float(value))
+            yield family
+        progress = self.extractor.progress
+        now = time.monotonic()
+        for name, doc, value in (
+            ("trep_extractor_seconds_since_binlog_event", "Seconds since the extractor read "
+             "a binlog event (heartbeats included: 0.2 s apart when the source is idle)",
+             now - progress.last_event_at),
+            ("trep_extractor_uncommitted_seconds", "Seconds the oldest transaction read has "
+             "waited for its THL commit (0: none waiting)",
+             0.0 if progress.pending_since is None else now - progress.pending_since),
+            ("trep_extractor_stalled", "1 while the status shows a stall (stall_warning_s)",
+             0 if status.stall == "NONE" else 1),
         ):
             family = GaugeMetricFamily(name, doc, labels=["service"])
             family.add_metric([self.service], float(value))

@@ -56,6 +56,7 @@ from extractor.errors import (
 from extractor.positions import StartPoint, find_start
 from extractor.provision import Provisioner
 from extractor.retention import Retention
+from extractor.stall import Progress, Watchdog
 from extractor.transactions import TransactionAssembler
 from extractor.xa import CatchUp, decode_open
 from replicator import crashpoints
@@ -125,6 +126,8 @@ class Extractor:
         self.checker: Checker | None = None
         #: The transaction assembler of the current lead (prepared XA transactions).
         self.assembler: TransactionAssembler | None = None
+        #: What the stream loop last did, for the stall watchdog and the metrics.
+        self.progress = Progress(last_event_at=time.monotonic())
 
     def stop(self) -> None:
         """Ask the extractor to stop at the next transaction boundary."""
@@ -396,6 +399,9 @@ class Extractor:
             if event.last_frag:
                 # Keep the position, not the rows: a batch may be a million rows.
                 pending.append(dataclasses.replace(event, data=[]))
+                if self.progress.pending_since is None:
+                    self.progress.pending_since = time.monotonic()
+                self.progress.pending = len(pending)
 
         assembler = TransactionAssembler(
             emit=emit, next_seqno=start.next_seqno, epoch=self.epoch,
@@ -415,8 +421,12 @@ class Extractor:
         # A provisioning request's opening event goes before the first streamed change.
         if catch_up is None:
             self._provision(resume, assembler)
+        progress = self.progress = Progress(last_event_at=time.monotonic(), read_at=resume)
+        watchdog = Watchdog(progress, xcfg.stall_warning_s, self._report_stall)
+        watchdog.start()
         try:
             for event, position in self._events(stream):
+                progress.last_event_at, progress.read_at = time.monotonic(), position
                 assembler.feed(event, position)
                 if assembler.in_transaction:
                     continue
@@ -436,7 +446,13 @@ class Extractor:
                     break
             self._commit(producer, pending, engine, nodes)
         finally:
+            watchdog.stop()
             stream.close()
+
+    def _report_stall(self, text: str) -> None:
+        """The watchdog's finding, in the status now (``trepctl status``: ``stall``)."""
+        self.status.stall = text
+        self._publish(State(self.status.state))
 
     def _record_first_position(self, position: BinlogPosition, engine: sa.Engine,
                                nodes: ServiceNodes) -> None:
@@ -497,6 +513,7 @@ class Extractor:
         crashpoints.reached("extract-committed")
         last = pending[-1]
         pending.clear()
+        self.progress.pending_since, self.progress.pending = None, 0
         self.last_committed = last
         pos = CommitSeqno(seqno=last.seqno, epoch=last.epoch, eventid=last.event_id,
                           source_id=last.source_id, shard_id=last.shard_id)

@@ -41,6 +41,9 @@ class Status:
     #: The extractor's XA transactions prepared and not yet decided: NONE, or how many,
     #: the oldest and how long it has been open.
     xaPrepared: str = "NONE"
+    #: The extractor's: NONE, or what has not moved for ``stall_warning_s`` (no binlog
+    #: event, read transactions not committed).
+    stall: str = "NONE"
     timeInStateSeconds: float = 0.0
     stateSince: float = field(default_factory=time.time)
     host: str = ""
@@ -49,7 +52,7 @@ class Status:
         data = asdict(self)
         data["timeInStateSeconds"] = round(time.time() - self.stateSince, 3)
         if self.role != "extractor":
-            del data["xaPrepared"]  # the extractor's alone
+            del data["xaPrepared"], data["stall"]  # the extractor's alone
         return data
 
     def set_state(self, state: State) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 
 def kill_leftovers(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -31,3 +34,15 @@ def spawn_until_logged(spawn: Callable[[], subprocess.Popen[bytes]], read_log: C
         assert proc.poll() is None, log[-3000:]
         assert time.monotonic() < deadline, f"never logged {list(texts)}:\n{log[-3000:]}"
         time.sleep(0.1)
+
+
+def stacks(pid: int) -> str:
+    """Every thread's Python stack of a live process (py-spy dump), for the report of a
+    test that found it stuck: where it waits is the first thing to know."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    try:
+        done = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True,
+                              timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"(no stacks of pid {pid}: {exc})"
+    return done.stdout + done.stderr
