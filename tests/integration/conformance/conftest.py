@@ -171,7 +171,8 @@ class Conformance:
         deadline = time.monotonic() + timeout
         while True:
             status = self.status()
-            assert status.get("state") != "OFFLINE:ERROR", status
+            assert status.get("state") != "OFFLINE:ERROR", \
+                f"group stopped: {status.get('pendingExceptionMessage')}"
             if status.get("appliedLastSeqno", -1) >= seqno:
                 return
             assert time.monotonic() < deadline, f"seqno {seqno} not applied: {status}"

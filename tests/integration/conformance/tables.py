@@ -55,10 +55,16 @@ GENERATED = Table(
     "DEFAULT CHARSET=utf8mb4",
     ("id", "a", "v", "st", "h", "txt"), ("id",))
 
-ALL = (READY, ITEMS, COMPOSITE, NOPK, TYPES, HOSTILE, BIG, GENERATED)
+#: Values of many MiB: a row larger than a Kafka record.
+BLOBS = Table(
+    "blobs",
+    "CREATE TABLE {s}.blobs (id INT PRIMARY KEY, b LONGBLOB, t LONGTEXT) DEFAULT CHARSET=utf8mb4",
+    ("id", "b", "t"), ("id",))
 
-__all__ = ["ALL", "BIG", "COMPOSITE", "GENERATED", "HOSTILE", "ITEMS", "NOPK", "READY",
-           "TYPES", "TYPES_ROWS", "Table"]
+ALL = (READY, ITEMS, COMPOSITE, NOPK, TYPES, HOSTILE, BIG, GENERATED, BLOBS)
+
+__all__ = ["ALL", "BIG", "BLOBS", "COMPOSITE", "GENERATED", "HOSTILE", "ITEMS", "NOPK",
+           "READY", "TYPES", "TYPES_ROWS", "Table"]
 
 
 def mysql_name(table: Table) -> str:

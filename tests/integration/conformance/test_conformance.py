@@ -14,9 +14,11 @@ from decimal import Decimal
 from replicator.crashpoints import EXIT_STATUS
 from thl_topics.reader import ThlReader
 
+from ..processes import stacks
 from .conftest import Conformance
 from .tables import (
     BIG,
+    BLOBS,
     COMPOSITE,
     GENERATED,
     HOSTILE,
@@ -52,8 +54,10 @@ def _wait_exit(proc: subprocess.Popen[bytes], svc: Conformance, point: str) -> N
     try:
         status = proc.wait(120 + svc.kind.startup_s)
     except subprocess.TimeoutExpired:
+        where = stacks(proc.pid)
         proc.kill()
-        raise AssertionError(f"crash point {point} never reached") from None
+        raise AssertionError(f"crash point {point} never reached; the process's threads:\n"
+                             f"{where}") from None
     log = svc.log_path.read_text()
     assert status == EXIT_STATUS and f"crash point {point} reached" in log, log[-3000:]
 
@@ -332,3 +336,74 @@ def test_consistency_check_finds_the_changed_range(conformance: Conformance) -> 
     status = svc.trepctl("check", "-status", "--json")
     assert status.returncode == 0
     assert '"state": "different"' in status.stdout
+
+
+def test_xa_transactions_as_committed(conformance: Conformance) -> None:
+    """A committed XA transaction arrives (after what committed between its prepare and its
+    commit), a rolled-back one never, one phase like any transaction."""
+    import pymysql
+
+    svc = conformance
+    svc.start()
+    svc.create(ITEMS)
+    s = svc.schema
+
+    def session(*statements: str) -> None:
+        conn = pymysql.connect(host="127.0.0.1", port=svc.source.port, user="root",
+                               password="", charset="utf8mb4", autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                for stmt in statements:
+                    cur.execute(stmt)
+        finally:
+            conn.close()  # a prepared XA transaction outlives its session
+
+    row = "INSERT INTO {s}.items VALUES ({i}, 'xa {i}', {i}, 0.25)"
+    session("XA START 'c1'", *(row.format(s=s, i=i) for i in range(1, 6)),
+            f"UPDATE {s}.items SET qty = 0 WHERE id = 1", "XA END 'c1'", "XA PREPARE 'c1'")
+    _items(svc, 10, 3)
+    session("XA START 'r1'", *(row.format(s=s, i=i) for i in range(20, 23)),
+            f"UPDATE {s}.items SET name = 'rolled back' WHERE id = 10",
+            "XA END 'r1'", "XA PREPARE 'r1'")
+    session("XA START 'o1'", row.format(s=s, i=30), "XA END 'o1'", "XA COMMIT 'o1' ONE PHASE")
+    session("XA ROLLBACK 'r1'")
+    session("XA COMMIT 'c1'")
+    svc.wait_source_applied()
+    assert svc.compare(ITEMS) == {"items": 9}
+
+
+def test_rows_larger_than_a_kafka_record(conformance: Conformance) -> None:
+    """A 64 MiB value (8 Kafka records of the THL) and a 12 MiB text arrive exactly where
+    the store can hold them; where it cannot, the group stops at that seqno with a data
+    error naming the table, the column, the seqno, the size and what would help."""
+    import os
+
+    import pymysql
+
+    svc = conformance
+    svc.start()
+    svc.create(ITEMS, BLOBS)
+    mib = 1 << 20
+    big, text = os.urandom(64 * mib), "ü😀 " * (2 * mib)  # 64 MiB; 12 MiB of utf8mb4
+    before = svc.wait_source_applied()
+    conn = pymysql.connect(host="127.0.0.1", port=svc.source.port, user="root", password="",
+                           charset="utf8mb4", autocommit=True, max_allowed_packet=256 * mib)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"INSERT INTO {svc.schema}.blobs VALUES (1, %s, 'small'), "
+                        "(2, 'small', %s)", (big, text))
+    finally:
+        conn.close()
+    _items(svc, 0, 3)
+    limit = svc.kind.max_row_bytes
+    if limit is None:
+        svc.wait_source_applied()
+        assert svc.compare(BLOBS, ITEMS) == {"blobs": 2, "items": 3}
+        return
+    status = svc.wait_state("OFFLINE:ERROR", 300)
+    message = status["pendingExceptionMessage"]
+    assert status["pendingErrorSeqno"] == before + 1, status
+    assert status["appliedLastSeqno"] == before, status
+    assert f"{svc.schema}.blobs" in message and "column b" in message, message
+    assert f"seqno {before + 1}" in message and " MiB" in message, message
+    assert "filter" in message, message  # what would help

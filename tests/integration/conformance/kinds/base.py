@@ -32,6 +32,10 @@ class Kind(abc.ABC):
     checks_json_text: bool = True
     #: Extra seconds a spawned trep-run needs before it applies (a Spark JVM to start).
     startup_s: float = 0.0
+    #: The largest row the store holds (None: at least the 64 MiB the suite writes); a
+    #: larger one stops the group with a data error that names table, column, seqno, size
+    #: and what would help.
+    max_row_bytes: int | None = None
 
     def __init__(self, servers: dict[str, Service]) -> None:
         self.servers_up = servers

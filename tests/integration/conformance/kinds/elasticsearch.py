@@ -46,6 +46,8 @@ def exact(column: str, value: Any) -> Any:
 
 class ElasticsearchKind(Kind):
     name = "elasticsearch"
+    #: The stack's 512 MiB heap: indexing pressure refuses requests above 51 MiB.
+    max_row_bytes = 51 * 1024 * 1024
     servers = ("elasticsearch",)
     keyless = True
     #: Every write carries the seqno as its external version. (Hard deletes: a replay past

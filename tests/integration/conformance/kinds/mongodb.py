@@ -163,6 +163,7 @@ def expected(table: str, column: str, value: Any) -> Any:
 
 class MongoDBKind(Kind):
     name = "mongodb"
+    max_row_bytes = 16 * 1024 * 1024  # BSON
     servers = ("ferretdb",)
     keyless = True
     replay_safe = True
