@@ -797,9 +797,14 @@ class SqlApplier:
 
     def _execute(self, batch: _Batch, check: bool = True) -> None:
         """One executemany; ``check``: an UPDATE or DELETE must match every row."""
-        if self._multi:
+        if self._multi and not _holds_large_value(batch):
             self._queue(batch, check)
             return
+        if self._multi:
+            # A value of many MiB is bound by the driver, not rendered into the round
+            # trip's text (escaped, joined, encoded: several copies of it): what is queued
+            # goes first, in order.
+            self._send()
         stmt = self._stmts.get(batch.layout())
         if stmt is None:
             stmt = statement_for(self.builder, batch.target, batch.action, batch.columns,
@@ -985,6 +990,22 @@ class SqlApplier:
 
     def _quote(self, name: str) -> str:
         return str(self._db.dialect.identifier_preparer.quote_identifier(name))
+
+
+#: A value larger than this is bound by the driver instead of rendered into SQL text.
+LARGE_VALUE_BYTES = 1 << 20
+
+
+def _holds_large_value(batch: _Batch) -> bool:
+    """True if a row of the batch has a value above LARGE_VALUE_BYTES (only tables with a
+    BLOB, TEXT or JSON column are looked into: other columns hold 64 KiB at most)."""
+    if not any(c.blob or c.type.upper() == "JSON" for c in (*batch.columns, *batch.keys)):
+        return False
+    for params in batch.params:
+        for value in params.values():
+            if isinstance(value, (bytes, str)) and len(value) > LARGE_VALUE_BYTES:
+                return True
+    return False
 
 
 def _image_specs(change: RowChange) -> list[ColumnSpec]:
