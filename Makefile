@@ -5,13 +5,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv test test-unit test-integration lint demo bench bench-compare stack-up stack-down stack-status clean
+.PHONY: help venv test soak test-unit test-integration lint demo bench bench-compare stack-up stack-down stack-status clean
 
 help:
 	@echo "make demo          bring the local stack up, replicate a live workload to MariaDB and PostgreSQL"
 	@echo "make bench         extraction and apply benchmarks (JSON in bench/results/)"
 	@echo "make bench-compare beside Debezium and native MariaDB replication, with ratios"
 	@echo "make test          lint, unit tests and integration tests against the real servers"
+	@echo "make soak          the same with the long fault runs (20 kills per kill test)"
 	@echo "make stack-up | stack-down | stack-status"
 	@echo "make lint          ruff + mypy"
 	@echo "make clean         stop everything and remove .run/ (data and logs)"
@@ -41,6 +42,11 @@ test-integration: $(STAMP)
 
 test: lint $(STAMP)
 	$(VENV)/bin/pytest tests
+
+# The long versions of the fault tests (tests/integration/soak.py): before a release, and
+# after a change to the runtime, an applier's commit path or the extractor's restart path.
+soak: lint $(STAMP)
+	TREP_SOAK=1 $(VENV)/bin/pytest tests
 
 demo: $(STAMP)
 	$(PY) -m stack up

@@ -181,6 +181,10 @@ class Replication:
         self.procs.append(proc)
         return proc
 
+    def log(self) -> str:
+        """What the processes of this service logged so far ('' before the first)."""
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
     def trepctl(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
         return subprocess.run([sys.executable, "-m", "trep.trepctl", "-c",

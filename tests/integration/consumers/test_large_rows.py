@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 import pymongo
 import pymysql
@@ -49,6 +50,7 @@ def test_a_row_mongodb_cannot_hold_stops_only_its_group(
                      params=(big,)) == [(1, 20 * MIB, True), (2, 5, False)]
     extractor = rep.extractor_status()
     assert extractor["state"] == "ONLINE", extractor
+    client: pymongo.MongoClient[dict[str, Any]]
     with pymongo.MongoClient(f"mongodb://127.0.0.1:{ferretdb.port}/") as client:
         try:
             assert client[s]["blobs"].count_documents({}) == 0

@@ -31,6 +31,7 @@ from thl_topics.reader import ThlReader
 from trep.config import load_config
 
 from ..processes import kill_leftovers
+from ..soak import kills
 from .conftest import Replication
 from .tables import ACCOUNTS_MYSQL, ACCOUNTS_NAMES, NOPK_MYSQL, NOPK_NAMES, compare
 from .test_crash_points import _assert_crashed_at, _spawn
@@ -256,7 +257,7 @@ def _spawn_online(rep: Replication, timeout: float = 60) -> subprocess.Popen[byt
     return proc
 
 
-def test_four_schemas_three_channels_killed_twenty_times_apply_everything_once(
+def test_four_schemas_three_channels_killed_repeatedly_apply_everything_once(
         sharded: Callable[..., Sharded]) -> None:
     sh = sharded(3)
     rep = sh.rep
@@ -266,7 +267,7 @@ def test_four_schemas_three_channels_killed_twenty_times_apply_everything_once(
     work.start()
     rng = random.Random(13)
     try:
-        for _ in range(20):
+        for _ in range(kills()):
             proc = _spawn_online(rep)
             time.sleep(rng.uniform(0.2, 1.5))
             assert proc.poll() is None, rep.log_path.read_text()[-3000:]

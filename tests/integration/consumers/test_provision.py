@@ -19,6 +19,7 @@ from thl_topics.event import RowChange
 from thl_topics.reader import ThlReader
 from thl_topics.records import META_PROVISION
 
+from ..soak import kills
 from .conftest import Replication
 from .tables import (
     ACCOUNTS_MYSQL,
@@ -91,7 +92,7 @@ def test_provision_under_load_with_five_extractor_kills(replication: Replication
     work._next_id = 1_000_000  # new rows above the seeded ones
     work.start()
     try:
-        for kill in range(5):
+        for kill in range(kills(quick=2, soak=5)):
             def progressed(kill: int = kill) -> bool:
                 return (_rows_done(rep) or 0) > 60_000 * (kill + 1)
             _until("provisioning progress", progressed, 180)

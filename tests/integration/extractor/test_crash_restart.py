@@ -13,10 +13,11 @@ from replicator.zk import connect
 from thl_topics.event import RowChange
 from thl_topics.producer import ProducerFenced, ThlProducer
 
+from ..soak import kills
 from .conftest import ServiceUnderTest
 from .workload import NumberedWorkload, numbered_transactions, referred_transactions
 
-KILLS = 20
+KILLS = kills()
 
 
 def _check_thl(svc: ServiceUnderTest, committed: int) -> list[int]:

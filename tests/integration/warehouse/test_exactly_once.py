@@ -35,13 +35,14 @@ from stack.settings import REPO_ROOT
 from thl_topics.event import RowChange
 
 from ..processes import kill_leftovers
+from ..soak import kills
 from .conftest import GROUP, CraftedThl, delete, insert, spec, update
 
 TABLES = {"a": [spec(1, "id", "INT", key=True), spec(2, "v", "VARCHAR", length=40)],
           "b": [spec(1, "k", "VARCHAR", length=20, key=True), spec(2, "n", "BIGINT")]}
-KILLS = int(os.environ.get("TREP_WAREHOUSE_KILLS", "20"))
+KILLS = int(os.environ.get("TREP_WAREHOUSE_KILLS", str(kills(quick=4))))
 #: Kills handed over to a spare that warmed up while the leader applied.
-WARM_KILLS = 4
+WARM_KILLS = min(4, KILLS // 2)
 #: The writer stops at this seqno, however long the kills take.
 WRITER_CAP = 30 + 20 + 40 * KILLS
 

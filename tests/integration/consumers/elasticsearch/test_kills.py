@@ -1,6 +1,7 @@
-"""trep-run killed twenty times under load while it applies to Elasticsearch: the indices
-equal the source row by row at the end (a keyed table and a table without a key, whose
-row counts would show a change applied twice), with hard deletes and with tombstones."""
+"""trep-run killed repeatedly (3 times; 20 in make soak) under load while it applies to
+Elasticsearch: the indices equal the source row by row at the end (a keyed table and a table
+without a key, whose row counts would show a change applied twice), with hard deletes and
+with tombstones."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from ...conformance.tables import Table
 from ...processes import spawn_until_logged
+from ...soak import kills
 from ..tables import ACCOUNTS_MYSQL, ACCOUNTS_NAMES, NOPK_MYSQL, NOPK_NAMES
 from ..workload import MixedWorkload
 from .conftest import EsService
@@ -19,7 +21,7 @@ ACCOUNTS = Table("accounts", ACCOUNTS_MYSQL, tuple(ACCOUNTS_NAMES), ("id",))
 NOPK = Table("nopk", NOPK_MYSQL, tuple(NOPK_NAMES), ())
 
 
-def test_killed_twenty_times_under_load_converges_row_by_row(make_service: Any) -> None:
+def test_killed_repeatedly_under_load_converges_row_by_row(make_service: Any) -> None:
     # A killed process's lock lives as long as its ZooKeeper session: keep that short, so
     # the next process takes over (and gets killed in turn) while the workload runs.
     runtime = {"runtime": {"block_commit_events": 50}}
@@ -31,7 +33,7 @@ def test_killed_twenty_times_under_load_converges_row_by_row(make_service: Any) 
     work.start()
     rng = random.Random(5)
     try:
-        for _ in range(20):
+        for _ in range(kills()):
             # Every kill lands on a process that applies: both groups ONLINE in it (after
             # its import, the previous holder's lock and the connection), then a moment.
             proc = spawn_until_logged(lambda: svc.spawn("--no-extractor"), svc.log,
@@ -42,7 +44,7 @@ def test_killed_twenty_times_under_load_converges_row_by_row(make_service: Any) 
             proc.wait(30)
     finally:
         committed = work.stop()
-    assert committed > 500
+    assert committed > 100
     proc = svc.spawn("--no-extractor")
     try:
         started = time.monotonic()
