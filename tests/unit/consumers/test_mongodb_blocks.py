@@ -228,6 +228,7 @@ def test_the_size_bound_is_never_below_the_bson_size() -> None:
     must never be below the real size, or a document too large would go out unchecked."""
     import datetime as dt
     import random
+    from collections.abc import Callable
     from decimal import Decimal
 
     import bson
@@ -241,12 +242,14 @@ def test_the_size_bound_is_never_below_the_bson_size() -> None:
 
     def value(depth: int) -> object:
         pick = rng.randrange(9 if depth < 3 else 7)
-        return [lambda: rng.randrange(-2**31, 2**31), lambda: Int64(rng.randrange(2**62)),
-                lambda: rng.random(), lambda: "ü😀x"[rng.randrange(3)] * rng.randrange(200),
-                lambda: Binary(rng.randbytes(rng.randrange(300))),
-                lambda: dt.datetime(2024, 1, 2), lambda: Decimal128(Decimal("1.5")),
-                lambda: {f"k{i}é": value(depth + 1) for i in range(rng.randrange(4))},
-                lambda: [value(depth + 1) for _ in range(rng.randrange(4))]][pick]()
+        makers: list[Callable[[], object]] = [
+            lambda: rng.randrange(-2**31, 2**31), lambda: Int64(rng.randrange(2**62)),
+            lambda: rng.random(), lambda: "ü😀x"[rng.randrange(3)] * rng.randrange(200),
+            lambda: Binary(rng.randbytes(rng.randrange(300))),
+            lambda: dt.datetime(2024, 1, 2), lambda: Decimal128(Decimal("1.5")),
+            lambda: {f"k{i}é": value(depth + 1) for i in range(rng.randrange(4))},
+            lambda: [value(depth + 1) for _ in range(rng.randrange(4))]]
+        return makers[pick]()
 
     for _ in range(500):
         doc = {"_id": rng.randrange(1000), **{f"c{i}": value(0) for i in range(8)}}
