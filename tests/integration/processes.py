@@ -46,3 +46,12 @@ def stacks(pid: int) -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"(no stacks of pid {pid}: {exc})"
     return done.stdout + done.stderr
+
+
+def peak_rss(pid: int) -> int:
+    """Peak resident memory of a live process so far, bytes (VmHWM)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for pid {pid}")

@@ -13,6 +13,7 @@ import pytest
 
 from stack.service import Service
 
+from ..processes import peak_rss
 from .conftest import Replication
 
 MIB = 1 << 20
@@ -59,13 +60,6 @@ def test_a_row_mongodb_cannot_hold_stops_only_its_group(
             client.drop_database(rep.cfg.tracking_schema)
 
 
-def _peak_rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM")
-
 
 @pytest.mark.parametrize(("group", "times"), [("pg", 6), ("mariadb", 10)])
 def test_a_consumer_applies_a_64_mib_row_within_a_few_times_its_size(
@@ -84,7 +78,7 @@ def test_a_consumer_applies_a_64_mib_row_within_a_few_times_its_size(
     proc = rep.spawn("--no-extractor", "--consumer", group)
     try:
         rep.wait_source_applied(groups=(group,))
-        base = _peak_rss(proc.pid)
+        base = peak_rss(proc.pid)
         big = os.urandom(64 * MIB)
         conn = pymysql.connect(host="127.0.0.1", port=rep.source.port, user="root",
                                password="", autocommit=True, max_allowed_packet=256 * MIB)
@@ -100,7 +94,7 @@ def test_a_consumer_applies_a_64_mib_row_within_a_few_times_its_size(
         else:
             assert rep.tgt(f"SELECT LENGTH(b), b = %s FROM {s}.blobs", params=(big,)) == \
                 [(64 * MIB, 1)]
-        grown = _peak_rss(proc.pid) - base
+        grown = peak_rss(proc.pid) - base
         print(f"{group} consumer peak growth {grown / MIB:.0f} MiB for a 64 MiB row")
         assert grown < times * 64 * MIB, f"the consumer grew by {grown / MIB:.0f} MiB"
     finally:

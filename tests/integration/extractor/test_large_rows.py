@@ -14,6 +14,7 @@ import pymysql
 from thl_topics.event import RowChange
 from thl_topics.records import parse_chunk
 
+from ..processes import peak_rss
 from .conftest import ServiceUnderTest
 
 MIB = 1 << 20
@@ -30,14 +31,6 @@ def _insert(svc: ServiceUnderTest, table: str, rows: list[tuple[int, bytes]]) ->
         conn.close()
 
 
-def _peak_rss(pid: int) -> int:
-    """Peak resident memory of a live process, bytes (VmHWM)."""
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM")
-
 
 def test_a_64_mib_row_travels_in_chunks_and_arrives_exact(
         make_service: Callable[..., ServiceUnderTest]) -> None:
@@ -46,7 +39,7 @@ def test_a_64_mib_row_travels_in_chunks_and_arrives_exact(
     svc.sql(f"CREATE TABLE {s}.blobs (id INT PRIMARY KEY, b LONGBLOB)")
     proc = svc.start_process()
     svc.wait_streaming(proc=proc)
-    base = _peak_rss(proc.pid)
+    base = peak_rss(proc.pid)
     big, medium = os.urandom(64 * MIB), os.urandom(12 * MIB)
     try:
         _insert(svc, "blobs", [(1, big), (2, medium), (3, b"small")])
@@ -62,7 +55,7 @@ def test_a_64_mib_row_travels_in_chunks_and_arrives_exact(
             time.sleep(0.5)
         assert hashlib.sha256(found[1]).digest() == hashlib.sha256(big).digest()  # type: ignore[arg-type]
         assert found[2] == medium and found[3] == b"small"
-        peak = _peak_rss(proc.pid) - base
+        peak = peak_rss(proc.pid) - base
         print(f"extractor peak growth {peak / MIB:.0f} MiB, base {base / MIB:.0f} MiB")
         # The row (64 MiB) is read from the binlog, decoded, encoded and handed to Kafka.
         assert peak < 4 * 64 * MIB, f"extractor grew by {peak / MIB:.0f} MiB for a 64 MiB row"
