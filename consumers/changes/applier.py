@@ -9,6 +9,14 @@ together or not at all (atomicity: transactional). Readers with ``isolation.leve
 read_committed`` therefore see every row change exactly once per seqno, in seqno order per
 key, and a crash anywhere in a block leaves nothing of it visible.
 
+Nothing of a block commits unconfirmed: before the commit every record of the block must have
+its delivery report, without an error and with an offset of its own (above the last one of
+its partition). librdkafka reports a record as delivered without an offset when it never sent
+it but took it as written because a later request to the partition succeeded (its "implicit
+ack", sound only if the broker refused sequence gaps, which it does not for a producer's first
+batch in a partition; seen after NOT_LEADER_OR_FOLLOWER on a topic created a moment before,
+see topics.py). Such a block is aborted and applied again (TransientError).
+
 Failure and resume: ``connect`` starts a new producer and ``init_transactions`` fences any
 older process of the group (its commits then fail: PositionConflict) and aborts the
 transaction it left open; ``position`` then reads the positions topic back, which is exactly
@@ -117,6 +125,13 @@ class ChangesApplier:
         self._tables: dict[tuple[Any, ...], _Table] = {}
         self._in_txn = False
         self._errors: list[KafkaError] = []
+        #: Delivery reports of the open block: records Kafka confirmed with an offset, the
+        #: last offset confirmed per partition, and the records reported without a valid
+        #: offset (how many, and the first few as text).
+        self._acked = 0
+        self._last_offset: dict[tuple[str, int], int] = {}
+        self._unconfirmed = 0
+        self._unconfirmed_seen: list[str] = []
         self._expected: int | None = None
         self._beat: Heartbeat | None = None
         # Per seqno: the transaction id, the row count so far, per table.
@@ -179,7 +194,7 @@ class ChangesApplier:
         if producer is not None:
             try:
                 producer.flush(0)
-            except (KafkaException, RuntimeError) as exc:
+            except Exception as exc:  # a fatal producer may fail any call (_broken)
                 log.debug("%s: dropping the producer: %s", self.target, exc)
 
     def position(self) -> Position | None:
@@ -211,6 +226,10 @@ class ChangesApplier:
         self._in_txn = True
         self._errors.clear()
         self.records = 0
+        self._acked = 0
+        self._last_offset.clear()
+        self._unconfirmed = 0
+        self._unconfirmed_seen.clear()
 
     def apply(self, event: ThlEvent) -> None:
         if not self._in_txn:
@@ -334,6 +353,7 @@ class ChangesApplier:
         self._expected = position.seqno
 
     def _commit(self, seqno: int) -> None:
+        self._confirm(seqno)
         deadline = time.monotonic() + self.cfg.transaction_timeout_s
         while True:
             try:
@@ -359,6 +379,48 @@ class ChangesApplier:
             errors, self._errors = self._errors, []
             raise kafka_error(errors[0], self.target, "a record was not delivered", seqno)
 
+    def _confirm(self, seqno: int) -> None:
+        """Wait for the delivery report of every record of the open block; roll the block
+        back (TransientError) unless each one came with an offset of its own. A delivery
+        error needs no check here: librdkafka then fails the commit itself.
+
+        The commit would publish whatever reached the partitions; a record that librdkafka
+        reported delivered without sending it (module doc) would be lost for good, silently.
+        """
+        timeout = self.cfg.transaction_timeout_s
+        try:
+            left = self._prod.flush(timeout)
+        except KafkaException as exc:
+            self.rollback()
+            raise kafka_error(exc.args[0], self.target, "waiting for the block's delivery "
+                              "reports (aborted: nothing of the block was published)",
+                              seqno) from exc
+        except Exception as exc:
+            raise self._broken(exc, "waiting for the block's delivery reports", seqno) from exc
+        if self._errors:
+            # librdkafka refuses to commit a transaction with a failed delivery (an abortable
+            # error): _commit rolls back and names the first one, as it always did.
+            return
+        problem = None
+        if left:
+            problem = f"{left} record(s) still without a delivery report after {timeout:g} s"
+        elif self._unconfirmed:
+            problem = (f"{self._unconfirmed} record(s) reported delivered without an offset of "
+                       f"their own (first: {', '.join(self._unconfirmed_seen)}): librdkafka "
+                       "took them for written because a later request to their partition "
+                       "succeeded, but they never reached it")
+        elif self._acked != self.records:
+            problem = (f"{self.records} record(s) produced, {self._acked} confirmed by a "
+                       "delivery report")
+        if problem is None:
+            return
+        log.warning("%s: block ending at seqno %d not committed: %s", self.target, seqno,
+                    problem)
+        self.rollback()
+        raise TransientError(f"{self.target}: {problem}; the Kafka transaction was aborted "
+                             "(nothing of the block was published) and the block is applied "
+                             "again", seqno=seqno)
+
     def rollback(self) -> None:
         if not self._in_txn:
             return
@@ -370,7 +432,7 @@ class ChangesApplier:
         try:
             producer.abort_transaction(self.cfg.transaction_timeout_s)
             producer.poll(0)
-        except KafkaException as exc:
+        except Exception as exc:  # KafkaException, or a fatal one as SystemError (_broken)
             # A producer that cannot abort is thrown away; the next one aborts for it.
             log.warning("%s: abort failed (%s); starting a new producer next time",
                         self.target, exc)
@@ -493,11 +555,27 @@ class ChangesApplier:
                                   seqno) from exc
         self.records += 1
 
-    def _delivered(self, err: KafkaError | None, _msg: object) -> None:
-        # Records purged by an abort report an error too; they were meant to vanish.
-        if err is not None and err.code() not in (KafkaError._PURGE_QUEUE,
+    def _delivered(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            # Records purged by our abort (rollback leaves the block first) report an error
+            # too; they were meant to vanish. A purge inside an open block is a failure.
+            if self._in_txn or err.code() not in (KafkaError._PURGE_QUEUE,
                                                   KafkaError._PURGE_INFLIGHT):
-            self._errors.append(err)
+                self._errors.append(err)
+            return
+        if not self._in_txn:
+            return
+        where = (msg.topic(), msg.partition())
+        offset = msg.offset()
+        last = self._last_offset.get(where, -1)
+        if offset is None or offset < 0 or offset <= last:
+            # An "implicit ack" (no offset), or an offset already taken in this block.
+            self._unconfirmed += 1
+            if len(self._unconfirmed_seen) < 3:
+                self._unconfirmed_seen.append(f"{where[0]} [{where[1]}] offset {offset}")
+            return
+        self._last_offset[where] = offset
+        self._acked += 1
 
     def _poll(self, timeout: float = 0) -> None:
         """Serve delivery reports; a fenced or fatal producer shows here first."""
@@ -505,9 +583,36 @@ class ChangesApplier:
             self._prod.poll(timeout)
         except KafkaException as exc:
             raise kafka_error(exc.args[0], self.target, "producing") from exc
+        except Exception as exc:
+            raise self._broken(exc, "producing") from exc
         fenced = [e for e in self._errors if e.code() in FENCED or e.fatal()]
         if fenced:
             raise kafka_error(fenced[0], self.target, "producing")
+
+    def _broken(self, exc: Exception, doing: str, seqno: int = -1) -> ConsumerError:
+        """The error to raise for a producer call that failed outside KafkaException.
+
+        confluent-kafka lets a fatal error (a fenced producer) that arrives while it runs a
+        delivery callback out of ``flush``/``poll`` as a SystemError, with the KafkaException
+        as its cause or with none at all. The block is aborted and the producer dropped (the
+        next session starts a new one); the abort's own error says what happened when the
+        exception does not (a fenced producer: PositionConflict).
+        """
+        found = _kafka_cause(exc)
+        producer, self._in_txn = self._producer, False
+        self._errors.clear()
+        if producer is not None:
+            try:
+                producer.abort_transaction(self.cfg.transaction_timeout_s)
+            except KafkaException as abort_exc:
+                found = found or abort_exc
+            except Exception as abort_exc:
+                log.debug("%s: abort after %s: %s", self.target, exc, abort_exc)
+        self._drop_producer()
+        where = f"{doing} (aborted: nothing of the block was published)"
+        if found is not None:
+            return kafka_error(found.args[0], self.target, where, seqno)
+        return TransientError(f"{self.target}: {where}: {exc!r}", seqno=seqno)
 
     def _call(self, fn: Any, *, doing: str, seqno: int = -1) -> None:
         try:
@@ -527,6 +632,16 @@ class ChangesApplier:
         except ConsumerError:
             self.rollback()
             raise
+
+
+def _kafka_cause(exc: BaseException) -> KafkaException | None:
+    """The KafkaException behind ``exc``, if Python kept it (ChangesApplier._broken)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KafkaException):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _remap(specs: Sequence[ColumnSpec], before: Sequence[ColumnSpec]) -> list[int] | None:
