@@ -173,7 +173,7 @@ def test_mongodb_group_killed_repeatedly_under_load_converges_row_by_row(
                 proc.wait(30)
             _expire_dead_holder(svc)
     finally:
-        committed = work.stop()
+        committed = work.stop(at_least=101)
     assert committed > 100
     proc = _spawn_consumer(svc)
     try:

@@ -38,7 +38,7 @@ from .test_crash_points import _assert_crashed_at, _spawn
 from .test_failures import _lock_holder
 from .test_outages import _until
 from .test_restart_points import BIG_MYSQL, GEN_NAMES, GENERATED_MYSQL, GENERATED_PG
-from .workload import MixedWorkload
+from .workload import MixedWorkload, await_committed
 
 GROUPS = ("mariadb", "pg")
 
@@ -107,7 +107,8 @@ class ShardedWorkload:
         self._thread = threading.Thread(target=run, daemon=True)
         self._thread.start()
 
-    def stop(self) -> int:
+    def stop(self, at_least: int = 0) -> int:
+        await_committed(self, at_least)
         self._stop.set()
         if self._thread is not None:
             self._thread.join(60)
@@ -274,8 +275,8 @@ def test_four_schemas_three_channels_killed_repeatedly_apply_everything_once(
             proc.send_signal(signal.SIGKILL)
             proc.wait(30)
     finally:
-        committed = work.stop()
-    assert committed > 300 and work.cross > 20 and work.extra
+        committed = work.stop(at_least=320)
+    assert committed >= 320 and work.cross > 20 and work.extra
     proc = rep.spawn("--no-extractor")
     try:
         rep.wait_source_applied(timeout=300)

@@ -7,11 +7,26 @@ import random
 import threading
 import time
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 
 import pymysql
 
 from .tables import TYPES_NAMES, TYPES_ROWS
+
+
+class Committing(Protocol):
+    committed: int
+    error: BaseException | None
+    _thread: threading.Thread | None
+
+
+def await_committed(work: Committing, n: int, timeout: float = 120) -> None:
+    """Wait until ``work``'s thread has committed ``n`` transactions (or died)."""
+    deadline = time.monotonic() + timeout
+    while work.committed < n and work.error is None:
+        assert work._thread is not None and work._thread.is_alive(), "the workload stopped"
+        assert time.monotonic() < deadline, f"only {work.committed} of {n} transactions"
+        time.sleep(0.05)
 
 
 class MixedWorkload:
@@ -76,7 +91,10 @@ class MixedWorkload:
         self._thread = threading.Thread(target=run, daemon=True)
         self._thread.start()
 
-    def stop(self) -> int:
+    def stop(self, at_least: int = 0) -> int:
+        """Stop the thread, once it has committed ``at_least`` transactions in all: a test's
+        preconditions then hold however quickly its kills went (the quick tier does few)."""
+        await_committed(self, at_least)
         self._stop.set()
         if self._thread is not None:
             self._thread.join(60)

@@ -125,7 +125,7 @@ def test_sigkills_under_load_publish_every_row_change_exactly_once(
             assert proc.wait(30) == -signal.SIGKILL
             proc = svc.spawn()
     finally:
-        committed = work.stop()
+        committed = work.stop(at_least=101)
     assert committed > 100
     svc.wait_source_applied(timeout=300)
 
