@@ -65,6 +65,12 @@ class ExtractorCollector(Collector):
             "precedes the extractor's start (its rows are not in the THL)", labels=["service"])
         unknown.add_metric([self.service], float(assembler.unknown_outcomes if assembler else 0))
         yield unknown
+        ddl = CounterMetricFamily(
+            "trep_extractor_ddl_not_understood", "Table DDL statements published with their "
+            "text only: the parser could not read them into schema-change items",
+            labels=["service"])
+        ddl.add_metric([self.service], float(assembler.ddl_not_understood if assembler else 0))
+        yield ddl
         retries = CounterMetricFamily(
             "trep_extractor_retries", "Fresh starts from the THL tail after the source or "
             "Kafka failed", labels=["service"])

@@ -48,6 +48,7 @@ from replicator.requests import ProvisionRequest, read_request, write_request
 from thl_topics.event import RowAction, RowChange, Statement, ThlValue
 from thl_topics.reader import ThlReader
 from thl_topics.records import HEADER_PROVISION, decode_key, encode_key
+from thl_topics.schema_change import ChangeKind, SchemaChange
 from thl_topics.values import from_thl
 
 log = logging.getLogger(__name__)
@@ -291,7 +292,8 @@ class Provisioner:
                     # A no-op where the table exists already (re-provisioning).
                     items.append(Statement(
                         ddl.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1),
-                        default_schema=t.schema))
+                        default_schema=t.schema, schema_changes=[
+                            SchemaChange(ChangeKind.CREATE_TABLE, t.schema, t.table)]))
         finally:
             conn.close()
         assembler.snapshot(items, position, f"provision:{req.id}:begin",

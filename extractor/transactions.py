@@ -25,6 +25,7 @@ from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XAPrepareEven
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from extractor.binlog_position import BinlogPosition
+from extractor.ddl_parser import is_table_ddl, parse_schema_changes
 from extractor.errors import ExtractorError
 from extractor.row_decoder import DecodedRows
 from extractor.row_values import TableShape, shape_of
@@ -47,6 +48,7 @@ from replicator.filters import FilterChain, ItemFilter
 from replicator.sql_names import statement_target
 from thl_topics.event import DataItem, RowAction, RowChange, Statement, ThlEvent, ThlValue
 from thl_topics.records import META_PROVISION, META_PROVISIONING
+from thl_topics.schema_change import SchemaChange
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +138,8 @@ class TransactionAssembler:
         self.prepared: dict[str, Prepared] = {}
         #: XA outcomes read whose prepare this extractor never saw (it precedes the start).
         self.unknown_outcomes = 0
+        #: Table DDL statements published without schema-change items (not understood).
+        self.ddl_not_understood = 0
         self._catch_up = catch_up if catch_up is not None and catch_up.wanted else None
         #: Tables being provisioned: their binlog changes are marked (``provisioning``) so
         #: that targets apply them idempotently until the table's last chunk.
@@ -204,7 +208,8 @@ class TransactionAssembler:
                 return
         schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
         stmt = Statement(sql=sql, default_schema=schema or None, options=session_options(event),
-                         error_code=event.error_code, timestamp=event.timestamp * 1_000_000)
+                         error_code=event.error_code, timestamp=event.timestamp * 1_000_000,
+                         schema_changes=self._schema_changes(sql, schema or None, position))
         if self._open is None:
             # DDL and autocommitted statements are whole transactions by themselves.
             txn = self._begin(event, session=event.slave_proxy_id)
@@ -213,6 +218,20 @@ class TransactionAssembler:
         else:
             self._open.session = self._open.session or event.slave_proxy_id
             self._add(self._open, stmt)
+
+    def _schema_changes(self, sql: str, schema: str | None,
+                        position: BinlogPosition) -> list[SchemaChange] | None:
+        if not is_table_ddl(sql):
+            return None
+        changes = parse_schema_changes(sql, schema)
+        if changes is None:
+            # Published with its text only, as every DDL was before THL schema v2: targets
+            # that act on schema-change items cannot follow this one.
+            self.ddl_not_understood += 1
+            log.warning("DDL at %s not understood, published without schema-change items "
+                        "(targets other than MySQL-family ones will not follow it): %.300s",
+                        f"{position.file}:{position.pos}", sql)
+        return changes
 
     def _begin(self, event: Any, session: int) -> _Open:
         self._open = _Open(tstamp=event.timestamp * 1_000_000, session=session,

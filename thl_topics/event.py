@@ -1,6 +1,6 @@
 """The THL event: one fragment of one source transaction, as the whole system sees it.
 
-This is the Python face of ``schemas/avro/thl_event.v1.avsc``; the codec turns it into bytes
+This is the Python face of ``schemas/avro/thl_event.v2.avsc``; the codec turns it into bytes
 and back. Field names follow Tungsten's THL (seeds/000 Table E.1) on purpose.
 """
 
@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeAlias
+
+from thl_topics.schema_change import SchemaChange
 
 #: A value as it travels in the THL: the Avro union null | long | double | string | bytes.
 ThlValue: TypeAlias = int | float | str | bytes | None
@@ -60,11 +62,25 @@ class Statement:
     options: dict[str, str] = field(default_factory=dict)
     error_code: int = 0
     timestamp: int | None = None
+    #: What the statement did to tables, as the extractor read it; None: not understood
+    #: (or not DDL the extractor parses, or written before THL schema v2).
+    schema_changes: list[SchemaChange] | None = None
 
     def to_avro(self) -> dict[str, Any]:
         return {"sql": self.sql, "default_schema": self.default_schema,
                 "options": self.options, "error_code": self.error_code,
-                "timestamp": self.timestamp}
+                "timestamp": self.timestamp,
+                "schema_changes": None if self.schema_changes is None
+                else [c.to_avro() for c in self.schema_changes]}
+
+    @classmethod
+    def from_avro(cls, rec: dict[str, Any]) -> Statement:
+        changes = rec.get("schema_changes")  # absent in v1 records
+        return cls(sql=rec["sql"], default_schema=rec["default_schema"],
+                   options=rec["options"], error_code=rec["error_code"],
+                   timestamp=rec["timestamp"],
+                   schema_changes=None if changes is None
+                   else [SchemaChange.from_avro(c) for c in changes])
 
 
 @dataclass(slots=True)
@@ -132,7 +148,7 @@ class ThlEvent:
         data: list[DataItem] = []
         for name, item in rec["data"]:
             if name == _STATEMENT:
-                data.append(Statement(**item))
+                data.append(Statement.from_avro(item))
             else:
                 data.append(RowChange(
                     action=RowAction(item["action"]), schema=item["schema"],

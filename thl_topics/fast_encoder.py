@@ -4,7 +4,7 @@ fastavro builds nothing from a schema ahead of time: every event is first turned
 dicts (``ThlEvent.to_avro``), then every value of the column-value union is matched against
 its branches one by one. On the extractor's hot path (many small row changes of few tables)
 that was 17% of all time (PERF.md). This writer knows the one schema it writes
-(``thl_event.v1.avsc``; ``ThlCodec`` checks that it is still the newest) and keeps the
+(``thl_event.v2.avsc``; ``ThlCodec`` checks that it is still the newest) and keeps the
 encoded column specs of each table shape, which are the same bytes for every row change of
 that table; the rows themselves are written by compiled code (``_avro_rows.pyx``).
 ``tests/unit/thl_topics/test_fast_encoder.py`` proves it equal to fastavro's output on every
@@ -17,9 +17,10 @@ from collections.abc import Sequence
 
 from thl_topics._avro_rows import encode_rows
 from thl_topics.event import ColumnSpec, RowAction, RowChange, Statement, ThlEvent, ThlValue
+from thl_topics.schema_change import ChangeKind, SchemaChange
 
 #: Fingerprint (hex) of the schema this writer produces; the codec uses it only for that one.
-SCHEMA_FINGERPRINT_HEX = "2ce0c97fc6abd439"  # thl_event.v1.avsc
+SCHEMA_FINGERPRINT_HEX = "6611d37c95009b02"  # thl_event.v2.avsc
 
 _ACTION_INDEX = {RowAction.INSERT: 0, RowAction.UPDATE: 1, RowAction.DELETE: 2}
 #: Encoded column-spec arrays by the identity of the spec list (the list is kept alive in
@@ -84,6 +85,37 @@ def _rows(rows: Sequence[Sequence[ThlValue]], out: list[bytes]) -> None:
     out.append(encode_rows(rows, _long))
 
 
+_KIND_INDEX = {kind: i for i, kind in enumerate(ChangeKind)}
+
+
+def _optional(text: str | None) -> bytes:
+    return b"\x00" if text is None else b"\x02" + _string(text)
+
+
+def _schema_change(change: SchemaChange) -> bytes:
+    parts = [_long(_KIND_INDEX[change.kind]), _string(change.schema), _string(change.table),
+             _optional(change.column), _optional(change.new_name),
+             _optional(change.new_schema), _optional(change.column_type),
+             b"\x00" if change.nullable is None
+             else b"\x02\x01" if change.nullable else b"\x02\x00",
+             _optional(change.position), _optional(change.index)]
+    if change.columns:
+        parts.append(_size(len(change.columns)))
+        parts.extend(_string(c) for c in change.columns)
+    parts.append(b"\x00")
+    parts.append(b"\x01" if change.unique else b"\x00")
+    return b"".join(parts)
+
+
+def _schema_changes(changes: Sequence[SchemaChange] | None) -> bytes:
+    if changes is None:
+        return b"\x00"
+    if not changes:
+        return b"\x02\x00"
+    return (b"\x02" + _size(len(changes)) + b"".join(_schema_change(c) for c in changes)
+            + b"\x00")
+
+
 def _map(values: dict[str, str], out: list[bytes]) -> None:
     if values:
         out.append(_size(len(values)))
@@ -121,6 +153,7 @@ def encode_body(event: ThlEvent, header: bytes = b"") -> bytes:
                 out.append(_long(item.error_code))
                 out.append(b"\x00" if item.timestamp is None
                            else b"\x02" + _long(item.timestamp))
+                out.append(_schema_changes(item.schema_changes))
             else:
                 raise TypeError(f"not a THL data item: {type(item).__name__}")
     out.append(b"\x00")

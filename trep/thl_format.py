@@ -46,6 +46,8 @@ def format_event(event: ThlEvent) -> str:
             lines.append(f"- OPTIONS = {_options(item.options)}")
             lines.append(f"- SCHEMA = {item.default_schema or ''}")
             lines.append(f"- SQL({i}) = {item.sql}")
+            # Ours, not Tungsten's: what the extractor read the DDL as.
+            lines += [f" - SCHEMA_CHANGE = {c.describe()}" for c in item.schema_changes or ()]
             continue
         lines += [f"- SQL({i}) =", f" - ACTION = {item.action.value}",
                   f" - SCHEMA = {item.schema}", f" - TABLE = {item.table}"]

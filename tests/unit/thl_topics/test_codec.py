@@ -93,3 +93,14 @@ def test_records_of_an_older_schema_version_still_decode(tmp_path: Path) -> None
     codec = ThlCodec(tmp_path)
     assert codec.current.version == 2
     assert codec.decode(old) == sample_event()
+
+
+def test_v1_records_decode_with_the_shipped_schemas_and_no_schema_changes(
+        tmp_path: Path) -> None:
+    # Topics written before THL schema v2 stay readable; their statements were never parsed.
+    shutil.copy(SCHEMA_DIR / "thl_event.v1.avsc", tmp_path)
+    old = ThlCodec(tmp_path).encode(sample_event())
+    decoded = ThlCodec().decode(old)
+    assert decoded == sample_event()
+    statement = decoded.data[0]
+    assert isinstance(statement, Statement) and statement.schema_changes is None

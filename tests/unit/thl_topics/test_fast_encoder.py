@@ -9,6 +9,7 @@ import pytest
 from thl_topics import fast_encoder
 from thl_topics.codec import ThlCodec
 from thl_topics.event import ColumnSpec, RowAction, RowChange, Statement, ThlEvent, ThlValue
+from thl_topics.schema_change import ChangeKind, SchemaChange
 
 CODEC = ThlCodec()
 
@@ -70,6 +71,23 @@ def test_statements_empty_parts_and_mixed_items() -> None:
     _same(_event([stmt, bare, empty, stmt], seqno=0))
     _same(_event([RowChange(action=RowAction.INSERT, schema="s", table="t",
                             column_specs=SPECS, column_values=[[]] * 3)], seqno=-5))
+
+
+def test_statements_with_schema_changes_encode_like_fastavro() -> None:
+    every = [
+        SchemaChange(ChangeKind.ADD_COLUMN, "shop", "t", column="c", column_type="BIGINT UNSIGNED",
+                     nullable=False, position="AFTER `b c`"),
+        SchemaChange(ChangeKind.RENAME_TABLE, "shop", "t", new_schema="arch", new_name="t😀"),
+        SchemaChange(ChangeKind.RENAME_COLUMN, "shop", "t", column="a", new_name="b"),
+        SchemaChange(ChangeKind.MODIFY_COLUMN, "shop", "t", column="a", column_type="INT",
+                     nullable=True),
+        SchemaChange(ChangeKind.CREATE_INDEX, "shop", "t", index="i", columns=("a", "b"),
+                     unique=True),
+        *(SchemaChange(kind, "s" * 64, "") for kind in ChangeKind),
+    ]
+    _same(_event([Statement(sql="ALTER TABLE t ...", schema_changes=every)]))
+    _same(_event([Statement(sql="GRANT ALL ON *.* TO u", schema_changes=[]),
+                  Statement(sql="ALTER TABLE t ADD p POINT", schema_changes=None)]))
 
 
 def test_random_events_encode_like_fastavro() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from thl_topics.event import ColumnSpec, RowAction, RowChange, Statement, ThlEvent
+from thl_topics.schema_change import ChangeKind, SchemaChange
 from trep.thl_format import format_event
 
 
@@ -38,4 +39,18 @@ def test_row_and_statement_layout() -> None:
         "  - COL(2: name) = Charles",
         "  - KEY(1: id) = 2",
         "  - KEY(2: name) = NULL",
+    ]
+
+
+def test_a_ddl_statement_lists_its_schema_changes() -> None:
+    ddl = Statement("ALTER TABLE t DROP c, RENAME COLUMN a TO b", default_schema="test",
+                    schema_changes=[SchemaChange(ChangeKind.DROP_COLUMN, "test", "t", column="c"),
+                                    SchemaChange(ChangeKind.RENAME_COLUMN, "test", "t",
+                                                 column="a", new_name="b")])
+    event = ThlEvent(seqno=1, epoch=0, source_id="h", event_id="b.000001:0000000000000004;0",
+                     shard_id="test", tstamp=0, data=[ddl])
+    assert format_event(event).splitlines()[-3:] == [
+        "- SQL(0) = ALTER TABLE t DROP c, RENAME COLUMN a TO b",
+        " - SCHEMA_CHANGE = drop_column test.t.c",
+        " - SCHEMA_CHANGE = rename_column test.t.a -> b",
     ]
