@@ -23,6 +23,8 @@ _PATTERNS = [
     ("table", re.compile(
         rf"^{_COMMENT}(?:CREATE|ALTER|DROP|TRUNCATE|RENAME|OPTIMIZE|ANALYZE|REPAIR)\s+"
         rf"{_MODIFIERS}(?:TABLE|TABLES|VIEW)\s+{_EXISTS}{_NAME}", re.I | re.S)),
+    # TABLE is optional after TRUNCATE (``TRUNCATE shop.t``).
+    ("table", re.compile(rf"^{_COMMENT}TRUNCATE\s+{_NAME}", re.I | re.S)),
     ("table", re.compile(
         rf"^{_COMMENT}(?:CREATE|DROP)\s+{_MODIFIERS}INDEX\s+{_IDENT}\s+ON\s+{_NAME}",
         re.I | re.S)),
