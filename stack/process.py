@@ -41,7 +41,17 @@ def read_pid(pid_file: Path) -> int | None:
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done == pid:
             return None
-    return pid
+    # A zombie child of another process (a server one test worker started and another
+    # stopped) is dead too, though only its parent can reap it.
+    return None if _zombie(pid) else pid
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:][:1] == "Z"
 
 
 def spawn(

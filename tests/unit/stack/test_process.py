@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -48,3 +50,30 @@ def test_port_open_sees_a_listener() -> None:
 def test_failed_command_reports_exit_code_and_last_line(tmp_path: Path) -> None:
     with pytest.raises(StackError, match=r"^demo: sh -c exited 2: bad thing"):
         process.run("demo", ["sh", "-c", "echo bad thing >&2; exit 2"], log=tmp_path / "l")
+
+
+def test_a_zombie_of_another_parent_is_not_running(tmp_path: Path) -> None:
+    # A server one test worker started and another stopped stays a zombie until its
+    # parent reaps it: it is dead, and stop() must not wait for it forever.
+    parent = subprocess.Popen(
+        [sys.executable, "-c",
+         "import os, subprocess, sys, time\n"
+         "child = subprocess.Popen(['true'])\n"
+         "print(child.pid, flush=True)\n"
+         "time.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        pid = int(parent.stdout.readline())
+        pid_file = tmp_path / "server.pid"
+        pid_file.write_text(str(pid))
+        deadline = time.monotonic() + 10
+        while process.read_pid(pid_file) is not None:
+            assert time.monotonic() < deadline, "a zombie counted as running"
+            time.sleep(0.05)
+        assert Path(f"/proc/{pid}").exists()  # still there, unreaped: a zombie
+        process.stop_pid(pid_file, timeout=1)
+        assert not pid_file.exists()
+    finally:
+        parent.kill()
+        parent.wait()
