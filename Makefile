@@ -33,20 +33,24 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy .
 
+# Most integration tests wait on servers and child processes, not on a core: a few workers
+# share the one stack (tests/integration/sharing.py). TEST_WORKERS=0 runs in this process.
+TEST_WORKERS ?= 3
+
 test-unit: $(STAMP)
 	$(VENV)/bin/pytest tests/unit
 
 # The session fixtures start the servers the tests need (once) and stop the ones they started.
 test-integration: $(STAMP)
-	$(VENV)/bin/pytest tests/integration
+	$(VENV)/bin/pytest tests/integration -n $(TEST_WORKERS)
 
 test: lint $(STAMP)
-	$(VENV)/bin/pytest tests
+	$(VENV)/bin/pytest tests -n $(TEST_WORKERS)
 
 # The long versions of the fault tests (tests/integration/soak.py): before a release, and
 # after a change to the runtime, an applier's commit path or the extractor's restart path.
 soak: lint $(STAMP)
-	TREP_SOAK=1 $(VENV)/bin/pytest tests
+	TREP_SOAK=1 $(VENV)/bin/pytest tests -n $(TEST_WORKERS)
 
 demo: $(STAMP)
 	$(PY) -m stack up

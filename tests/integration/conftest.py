@@ -1,9 +1,12 @@
 """Session fixtures that bring up the real servers the integration tests ask for.
 
-Each server starts at most once per pytest session (CPU is scarce: the JVM servers take
-seconds of both cores to boot). A server that was already running is reused and left running;
-one this session started is stopped at the end. A server that cannot start fails the test
-with the stack's one-line error: integration tests never skip.
+Each server starts at most once per run (CPU is scarce: the JVM servers take seconds of both
+cores to boot), under a file lock shared by the run's xdist workers. A server that was
+already running is reused and left running; one this run started is stopped at its end, by
+the process that owns the run (``tests/conftest.py``). A server that cannot start fails the
+test with the stack's one-line error: integration tests never skip.
+
+Tests marked ``exclusive`` take a shared server down and run alone (``sharing.gate``).
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from stack.services.kafka import Kafka
 from thl_topics.client import check_access
 from thl_topics.errors import KafkaAccessError
 
-_started: list[Service] = []
+from . import sharing
+
 _failed: dict[str, str] = {}
 
 
@@ -39,22 +43,20 @@ def _serve(name: str) -> Service:
     if name in _failed:
         pytest.fail(_failed[name], pytrace=False)
     svc = services.get(name)
-    was_running = svc.running()
-    try:
-        svc.start()
-    except StackError as exc:
-        _failed[name] = str(exc)
-        pytest.fail(str(exc), pytrace=False)
-    if not was_running:
-        _started.append(svc)
+    # Not while an exclusive test has a server down: it would be started behind its back.
+    with sharing.gate(exclusive=False), sharing.starting():
+        try:
+            svc.start()
+        except StackError as exc:
+            _failed[name] = str(exc)
+            pytest.fail(str(exc), pytrace=False)
     return svc
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _stop_what_this_session_started() -> Iterator[None]:
-    yield
-    for svc in reversed(_started):
-        svc.stop()
+@pytest.fixture(autouse=True)
+def _gate(request: pytest.FixtureRequest) -> Iterator[None]:
+    with sharing.gate(exclusive=request.node.get_closest_marker("exclusive") is not None):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,8 @@ import subprocess
 import time
 from decimal import Decimal
 
+import pytest
+
 from replicator.crashpoints import EXIT_STATUS
 from thl_topics.reader import ThlReader
 
@@ -263,6 +265,7 @@ def test_skip_seqno_moves_past_a_transaction(conformance: Conformance) -> None:
     assert ids == [2]
 
 
+@pytest.mark.exclusive  # takes a shared server down
 def test_target_down_for_thirty_seconds_under_load(conformance: Conformance) -> None:
     svc = conformance
     svc.start()

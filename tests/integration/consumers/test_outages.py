@@ -14,6 +14,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import yaml
 
 from replicator.control import ComponentNodes
@@ -63,6 +64,7 @@ def _assert_thl_exact(rep: Replication) -> int:
     return len(seqnos)
 
 
+@pytest.mark.exclusive  # takes a shared server down
 def test_source_down_extractor_starts_again_from_the_thl_tail(
         replication: Replication) -> None:
     rep = replication
@@ -98,6 +100,7 @@ def test_source_down_extractor_starts_again_from_the_thl_tail(
     assert compare(rep, "accounts", ACCOUNTS_NAMES, "id") > 10
 
 
+@pytest.mark.exclusive  # takes a shared server down
 def test_kafka_down_under_load_everything_waits_and_converges(
         replication: Replication) -> None:
     rep = replication
@@ -183,6 +186,7 @@ def _target_seqnos(rep: Replication) -> tuple[int, int]:
     return (-1 if maria is None else maria, -1 if pg is None else pg)
 
 
+@pytest.mark.exclusive  # takes a shared server down
 def test_zookeeper_down_for_thirty_seconds_under_load_apply_goes_on(
         replication: Replication, unused_port: int) -> None:
     """ZooKeeper is the control plane, not the position of record: while it is away the

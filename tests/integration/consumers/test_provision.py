@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections import Counter
 
+import pytest
 import yaml
 
 from replicator.requests import read_request
@@ -78,7 +79,8 @@ def _chunk_keys(rep: Replication) -> Counter[tuple[str, object]]:
     return seen
 
 
-def test_provision_under_load_with_five_extractor_kills(replication: Replication) -> None:
+@pytest.mark.slow
+def test_provision_under_load_with_extractor_kills(replication: Replication) -> None:
     rep = replication
     # A new service over tables that have rows already: it provisions them first, while
     # the workload writes to the same tables.

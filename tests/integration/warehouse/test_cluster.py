@@ -8,6 +8,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from stack.services.spark import warehouse_spark
 from stack.services.spark_standalone import SPARK_HOME, SparkStandalone
 from stack.settings import REPO_ROOT
@@ -17,6 +19,7 @@ from .conftest import CraftedThl, delete, insert, spec, update
 ITEM = [spec(1, "id", "INT", key=True), spec(2, "name", "VARCHAR", length=40)]
 
 
+@pytest.mark.slow
 def test_spark_submit_runs_the_warehouse_group_on_a_standalone_cluster(
         crafted: CraftedThl, spark_standalone: SparkStandalone) -> None:
     spark = warehouse_spark(spark_standalone.url)

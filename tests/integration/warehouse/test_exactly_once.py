@@ -178,6 +178,7 @@ def _no_leftovers() -> Iterator[None]:
 
 
 @pytest.mark.timeout(3600)
+@pytest.mark.slow
 def test_crashes_and_kills_under_load_leave_tables_equal_to_the_source(
         crafted: CraftedThl) -> None:
     svc = crafted

@@ -56,6 +56,7 @@ def _workload(svc: CraftedThl, n: int) -> int:
 
 
 @pytest.mark.timeout(2400)  # three full applies, in small blocks: slow on a shared machine
+@pytest.mark.slow
 def test_replay_with_another_batch_size_changes_nothing(crafted: CraftedThl) -> None:
     last = _workload(crafted, 40)
     crafted.cfg.consumers["w"] = crafted.cfg.consumers["w"].model_copy(

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
@@ -82,6 +83,7 @@ def test_a_schema_the_registry_refuses_stops_at_its_seqno_and_a_new_column_evolv
     assert len(_seqnos(svc, "t")) == 2
 
 
+@pytest.mark.exclusive  # takes a shared server down
 def test_a_registry_that_is_down_is_retried_and_nothing_is_published_half(
         make_service: Callable[..., ChangeService]) -> None:
     svc = make_service({"g": {"format": "avro"}})

@@ -13,6 +13,8 @@ import subprocess
 import time
 from typing import Any
 
+import pytest
+
 from replicator.crashpoints import EXIT_STATUS
 from stack import services
 
@@ -91,6 +93,7 @@ def test_replay_after_the_gc_deletes_window(make_service: Any) -> None:
     _finish(svc, deleted)
 
 
+@pytest.mark.exclusive  # takes a shared server down
 def test_tombstones_stay_replay_safe_across_an_elasticsearch_restart(
         make_service: Any) -> None:
     svc = make_service({"hard": {"deletes": "hard", **RUNTIME},
