@@ -260,6 +260,10 @@ def messages(kafka: Mapping[str, Any], topics: Iterable[str], timeout: float = 3
         consumer.close()
 
 
+#: The least time one ListOffsets request is given, whatever the caller's timeout.
+REQUEST_TIMEOUT_S = 30.0
+
+
 def wait_decided(kafka: Mapping[str, Any], parts: list[TopicPartition],
                  timeout: float) -> dict[tuple[str, int], int]:
     """Until every partition's last stable offset reaches the high watermark it has now:
@@ -269,10 +273,13 @@ def wait_decided(kafka: Mapping[str, Any], parts: list[TopicPartition],
     producer that died mid-transaction holds its partitions until its transaction times
     out or its successor fences it)."""
     admin = AdminClient(dict(kafka))
-    ends = _offsets(admin, parts, IsolationLevel.READ_UNCOMMITTED, timeout)
+    # ``timeout`` is how long a transaction may stay open; one ListOffsets round trip gets
+    # at least REQUEST_TIMEOUT_S (a busy broker can take seconds to answer one).
+    request = max(timeout, REQUEST_TIMEOUT_S)
+    ends = _offsets(admin, parts, IsolationLevel.READ_UNCOMMITTED, request)
     deadline = time.monotonic() + timeout
     while True:
-        stable = _offsets(admin, parts, IsolationLevel.READ_COMMITTED, timeout)
+        stable = _offsets(admin, parts, IsolationLevel.READ_COMMITTED, request)
         open_ = {where: (stable[where], end) for where, end in ends.items()
                  if stable[where] < end}
         if not open_:
