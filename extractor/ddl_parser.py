@@ -50,8 +50,11 @@ def is_table_ddl(sql: str) -> bool:
 def parse_schema_changes(sql: str, default_schema: str | None) -> list[SchemaChange] | None:
     """The items of one table DDL statement, in order; ``None`` when ``sql`` is no table DDL
     or cannot be read exactly (never a guess: a wrong item is worse than none)."""
-    if not is_table_ddl(sql):
-        return None
+    return read_schema_changes(sql, default_schema) if is_table_ddl(sql) else None
+
+
+def read_schema_changes(sql: str, default_schema: str | None) -> list[SchemaChange] | None:
+    """The items of ``sql``, known to be table DDL (``is_table_ddl``); None if not read."""
     try:
         return _Reader(default_schema).statement(sql)
     except (NotUnderstood, SqlglotError, ValueError) as exc:

@@ -25,7 +25,7 @@ from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XAPrepareEven
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from extractor.binlog_position import BinlogPosition
-from extractor.ddl_parser import is_table_ddl, parse_schema_changes
+from extractor.ddl_parser import is_table_ddl, read_schema_changes
 from extractor.errors import ExtractorError
 from extractor.row_decoder import DecodedRows
 from extractor.row_values import TableShape, shape_of
@@ -223,7 +223,7 @@ class TransactionAssembler:
                         position: BinlogPosition) -> list[SchemaChange] | None:
         if not is_table_ddl(sql):
             return None
-        changes = parse_schema_changes(sql, schema)
+        changes = read_schema_changes(sql, schema)
         if changes is None:
             # Published with its text only, as every DDL was before THL schema v2: targets
             # that act on schema-change items cannot follow this one.
