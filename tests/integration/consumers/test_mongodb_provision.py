@@ -73,13 +73,17 @@ def test_reprovision_repairs_drifted_collections_across_a_kill_while_writing(
     with pytest.raises(AssertionError):
         svc.compare(NOPK)
 
+    asked = svc.trepctl("provision", "-table", f"{s}.accounts", "-table", f"{s}.nopk",
+                        "--no-wait")
+    assert asked.returncode == 0, asked.stderr
+    # Writes start once the extractor has opened the request: a change committed before it
+    # that meets a drifted row is a divergence, and the group rightly stops on it.
+    _until("provisioning running",
+           lambda: getattr(_request(svc), "state", None) in ("running", "done"), 60)
     work = MixedWorkload(svc.source.port, s, seed=13, rate=40)
     work._next_id = SEEDED + 1  # new rows above the seeded ones; updates hit them all
     work.start()
     try:
-        asked = svc.trepctl("provision", "-table", f"{s}.accounts", "-table", f"{s}.nopk",
-                            "--no-wait")
-        assert asked.returncode == 0, asked.stderr
         _until("provisioning half way",
                lambda: (getattr(_request(svc), "rows_done", 0) or 0) >= SEEDED // 3, 120)
         proc.send_signal(signal.SIGKILL)
