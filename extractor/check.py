@@ -16,88 +16,52 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-import pymysql
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
 
 from extractor.binlog_position import BinlogPosition
-from extractor.provision import position_key
-from extractor.snapshot import SourceTable, chunk_query, describe
+from extractor.snapshot import SourceTable, describe, read_chunk
+from extractor.snapshot_job import Connect, Held, SnapshotJob
 from extractor.transactions import TransactionAssembler
 from replicator.config import ServiceSettings
 from replicator.filters import ItemFilter
-from replicator.requests import CheckRequest, read_request, write_request
+from replicator.requests import CheckRequest
 from thl_topics.checksum import METHOD, range_digest
+from thl_topics.event import ThlValue
 from thl_topics.records import META_CHECK, decode_key, encode_key
-from thl_topics.values import from_thl
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class _Range:
-    """A range read in a snapshot the stream has not reached yet."""
-
-    position: BinlogPosition
-    marks: dict[str, Any]
-
-
-class Checker:
+class Checker(SnapshotJob[CheckRequest, Held]):
     """Runs one check request inside the extractor's stream (one thread)."""
 
+    REQUEST = CheckRequest
+    #: An interrupted check starts over.
+    TAKES_UP = ("requested", "running")
+    STEP_BUDGET_S = 0.3
+    NAME = "check"
+    LOG = log
+
     def __init__(self, service: ServiceSettings, zk: KazooClient, filters: ItemFilter,
-                 connect: Callable[[], pymysql.connections.Connection[Any]]) -> None:
-        self.service = service
-        self.zk = zk
-        self.filters = filters
-        self._connect = connect
-        self.request: CheckRequest | None = None
+                 connect: Connect) -> None:
+        super().__init__(service, zk, filters, connect)
         self._queue: list[tuple[str, str]] = []
         self._table: SourceTable | None = None
         self._range = 0
-        self._last: list[Any] | None = None
-        self._held: _Range | None = None
-        self._polled = 0.0
+        self._last: list[ThlValue] | None = None
 
-    @property
-    def active(self) -> bool:
-        return self.request is not None and self.request.state in ("requested", "running")
-
-    def poll(self) -> None:
-        """Between transactions: take up a new (or interrupted) request."""
-        if self.active:
-            return
-        now = time.monotonic()
-        if now - self._polled < 1.0:
-            return
-        self._polled = now
-        try:
-            req = read_request(self.zk, self.service, CheckRequest)
-        except KazooException:
-            return
-        if req is not None and req.state in ("requested", "running"):
-            self._start(req)
-
-    def _start(self, req: CheckRequest) -> None:
-        conn = self._connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
-                            "WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_SCHEMA, TABLE_NAME")
-                existing = [(str(s), str(t)) for s, t in cur.fetchall()]
-        finally:
-            conn.close()
+    def _take_up(self, req: CheckRequest, next_seqno: int) -> None:
+        with self._connection() as conn, conn.cursor() as cur:
+            cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+                        "WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_SCHEMA, TABLE_NAME")
+            existing = [(str(s), str(t)) for s, t in cur.fetchall()]
         wanted = [(s, t) for s, t in req.tables] if req.tables else existing
         missing = [f"{s}.{t}" for s, t in wanted if (s, t) not in existing]
         self.request = req
         if missing:
-            req.state, req.message = "failed", f"no such table: {', '.join(missing)}"
-            self._write()
+            self.fail(f"no such table: {', '.join(missing)}")
             return
         self._queue = [(s, t) for s, t in wanted if s != self.service.tracking_schema
                        and s not in ("mysql", "information_schema", "performance_schema", "sys")
@@ -109,74 +73,36 @@ class Checker:
         self._write()
         log.info("check %s: %s", req.id, req.message)
 
-    def step(self, position: BinlogPosition, assembler: TransactionAssembler,
-             budget_s: float = 0.3) -> None:
-        """At a transaction boundary: emit the ranges whose snapshot is at ``position``."""
-        deadline = time.monotonic() + budget_s
-        while self.active and time.monotonic() < deadline:
-            held = self._held
-            if held is None:
-                held = self._held = self._read_range()
-                if held is None:
-                    return
-            here, there = position_key(position), position_key(held.position)
-            if here < there:
-                return
-            self._held = None
-            if here > there:
-                continue  # the stream passed it: read the range again
-            assembler.snapshot([], position, f"check:{held.marks['id']}:{held.marks['range']}",
-                               json.dumps(held.marks), key=META_CHECK)
-            self._advance(held.marks)
-
-    def _read_range(self) -> _Range | None:
+    def _read(self) -> Held | None:
         req = self.request
         if req is None:
             return None
         if self._table is None:
             if not self._queue:
-                req.state, req.message = "done", f"{sum(req.ranges.values())} range(s) emitted"
-                self._write()
+                self._conclude("done", f"{sum(req.ranges.values())} range(s) emitted")
                 log.info("check %s: %s", req.id, req.message)
                 return None
             schema, table = self._queue[0]
-            conn = self._connect()
-            try:
+            with self._connection() as conn:
                 self._table = describe(conn, schema, table)
-            finally:
-                conn.close()
             self._range, self._last = 0, None
         source = self._table
-        keyless = not source.key
-        conn = self._connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SET time_zone = '+00:00'")
-                cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-                cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
-                status = dict(cur.fetchall())
-                at = BinlogPosition(str(status["Binlog_snapshot_file"]),
-                                    int(status["Binlog_snapshot_position"]))
-                after = None if self._last is None else [
-                    from_thl(next(c for c in source.specs if c.name == k), v)
-                    for k, v in zip(source.key, self._last, strict=True)]
-                sql, params = chunk_query(source, after, None if keyless else req.limit)
-                cur.execute(sql, params)
-                rows = [source.values(r) for r in cur.fetchall()]
-            conn.commit()
-        finally:
-            conn.close()
-        count, digest = range_digest(source.specs, rows)
-        names = [c.name for c in source.specs]
-        hi = None if keyless or not rows else [rows[-1][names.index(k)] for k in source.key]
-        end = keyless or len(rows) < req.limit
+        with self._connection() as conn:
+            chunk = read_chunk(conn, source, self._last, req.limit)
+        count, digest = range_digest(source.specs, chunk.rows)
         marks = {
             "id": req.id, "table": [source.schema, source.table], "range": self._range,
             "limit": req.limit, "lo": encode_key(self._last) if self._last is not None else None,
-            "hi": encode_key(hi) if hi is not None and not end else None,
+            "hi": encode_key(chunk.last) if chunk.last is not None and not chunk.end else None,
             "key": source.key, "columns": [c.to_avro() for c in source.specs],
-            "count": count, "digest": digest, "method": METHOD, "end": end}
-        return _Range(at, marks)
+            "count": count, "digest": digest, "method": METHOD, "end": chunk.end}
+        return Held(chunk.position, marks)
+
+    def _emit(self, held: Held, assembler: TransactionAssembler, position: BinlogPosition
+              ) -> None:
+        assembler.snapshot([], position, f"check:{held.marks['id']}:{held.marks['range']}",
+                           json.dumps(held.marks), key=META_CHECK)
+        self._advance(held.marks)
 
     def _advance(self, marks: dict[str, Any]) -> None:
         req = self.request
@@ -191,11 +117,3 @@ class Checker:
             self._queue.pop(0)
             self._table = None
         self._write()
-
-    def _write(self) -> None:
-        if self.request is None:
-            return
-        try:
-            write_request(self.zk, self.service, self.request)
-        except KazooException as exc:
-            log.debug("check progress not published: %s", exc)

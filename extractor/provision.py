@@ -12,7 +12,8 @@ warning.
 The stream and the provisioner share one thread: at a transaction boundary the stream asks
 for a chunk; if the snapshot's position is where the stream stands, the chunk is emitted at
 once; if the source is ahead, the rows are kept and emitted when the stream reaches that
-position (a chunk whose position the stream passed is thrown away and read again).
+position (a chunk whose position the stream passed is thrown away and read again). Checks
+(``extractor.check``) go the same way: what both share is ``extractor.snapshot_job``.
 
 Targets apply a table's first chunk by emptying the table first, every chunk as upserts, and
 the binlog changes of a table being provisioned (marked ``provisioning``) idempotently, so a
@@ -30,7 +31,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,8 @@ from kazoo.exceptions import KazooException
 
 from extractor.binlog_position import BinlogPosition
 from extractor.config import ExtractorConfig
-from extractor.snapshot import SourceTable, chunk_query, describe, quote
+from extractor.snapshot import SourceTable, describe, quote, read_chunk
+from extractor.snapshot_job import Connect, Held, SnapshotJob
 from extractor.transactions import TransactionAssembler
 from replicator.config import ServiceSettings
 from replicator.filters import ItemFilter
@@ -49,18 +50,15 @@ from thl_topics.event import RowAction, RowChange, Statement, ThlValue
 from thl_topics.reader import ThlReader
 from thl_topics.records import HEADER_PROVISION, decode_key, encode_key
 from thl_topics.schema_change import ChangeKind, SchemaChange
-from thl_topics.values import from_thl
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class _Held:
+class _Held(Held):
     """A chunk read in a snapshot the stream has not reached yet."""
 
-    position: BinlogPosition
     items: list[Statement | RowChange]
-    marks: dict[str, Any]
     rows: int
 
 
@@ -76,40 +74,29 @@ class _Table:
     rows: int = 0
 
 
-def position_key(pos: BinlogPosition) -> tuple[int, int]:
-    """Order of binlog positions across files (``name.000042`` -> 42)."""
-    return int(pos.file.rsplit(".", 1)[-1]), pos.pos
-
-
-class Provisioner:
+class Provisioner(SnapshotJob[ProvisionRequest, _Held]):
     """Runs one provisioning request inside the extractor's stream (one thread)."""
 
+    REQUEST = ProvisionRequest
+    STEP_BUDGET_S = 0.5
+    NAME = "provisioning"
+    LOG = log
+
     def __init__(self, service: ServiceSettings, cfg: ExtractorConfig, zk: KazooClient,
-                 filters: ItemFilter, connect: Callable[[], pymysql.connections.Connection[Any]],
-                 ) -> None:
-        self.service = service
+                 filters: ItemFilter, connect: Connect) -> None:
+        super().__init__(service, zk, filters, connect)
         self.cfg = cfg
-        self.zk = zk
-        self.filters = filters
-        self._connect = connect
-        self.request: ProvisionRequest | None = None
         self._tables: list[_Table] = []
         self._described: dict[tuple[str, str], SourceTable] = {}
-        self._held: _Held | None = None
         #: The request's opening event (the tables' DDL) is in the THL.
         self._begun = False
         #: provision_rows_per_s: no new chunk before this time.
         self._not_before = 0.0
-        self._published = 0.0
         #: Rows provisioned by this process (metrics).
         self.rows_total = 0
         self.chunks_total = 0
 
     # -- requests ---------------------------------------------------------------------------
-
-    @property
-    def active(self) -> bool:
-        return self.request is not None and self.request.state in ("requested", "running")
 
     def resume(self, reader: ThlReader, next_seqno: int, new_service: bool) -> None:
         """At lead: pick up the request (``provision: initial`` makes one for a new service)
@@ -133,32 +120,17 @@ class Provisioner:
             self._scan(reader, req)
         log.info("provisioning %s: %s", req.id, self._progress_text())
 
-    def poll(self, next_seqno: int) -> None:
-        """Between transactions: look for a new request (trepctl provision)."""
-        if self.active:
-            return
-        now = time.monotonic()
-        if now - self._published < 1.0:
-            return
-        self._published = now
-        try:
-            req = read_request(self.zk, self.service)
-        except KazooException:
-            return
-        if req is not None and req.state == "requested":
-            self.request = req
-            self._start(next_seqno)
+    def _take_up(self, req: ProvisionRequest, next_seqno: int) -> None:
+        self.request = req
+        self._start(next_seqno)
 
     def _start(self, next_seqno: int) -> None:
         req = self.request
         if req is None:
             return
-        conn = self._connect()
-        try:
+        with self._connection() as conn:
             tables = self._resolve(conn, req)
             estimates = self._estimate(conn, tables)
-        finally:
-            conn.close()
         req.resolved = [list(t) for t in tables]
         req.estimates = estimates
         req.rows_total = sum(estimates.values())
@@ -237,32 +209,11 @@ class Provisioner:
             return set()
         return {(t.schema, t.table) for t in self._tables if not t.done}
 
-    def step(self, position: BinlogPosition, assembler: TransactionAssembler,
-             budget_s: float = 0.5) -> None:
-        """At a transaction boundary: emit chunks whose snapshot is at ``position``."""
-        if not self.active:
-            return
+    def _open(self, position: BinlogPosition, assembler: TransactionAssembler) -> None:
         if not self._begun:
             self._begin(position, assembler)
-        deadline = time.monotonic() + budget_s
-        while self.active and time.monotonic() < deadline:
-            held = self._held
-            if held is None:
-                if time.monotonic() < self._not_before:
-                    break
-                held = self._held = self._read_chunk()
-                if held is None:
-                    break
-            here, there = position_key(position), position_key(held.position)
-            if here < there:
-                return  # the source is ahead: emitted when the stream gets there
-            self._held = None
-            if here > there:
-                continue  # passed it: that snapshot is stale, read the chunk again
-            self._emit(held, assembler, position)
-            if self.cfg.provision_rows_per_s:
-                self._not_before = max(time.monotonic(), self._not_before) + \
-                    held.rows / self.cfg.provision_rows_per_s
+
+    def _stepped(self) -> None:
         self._publish_progress()
 
     def _begin(self, position: BinlogPosition, assembler: TransactionAssembler) -> None:
@@ -272,8 +223,7 @@ class Provisioner:
         if req is None:
             return
         items: list[Statement | RowChange] = []
-        conn = self._connect()
-        try:
+        with self._connection() as conn:
             with conn.cursor() as cur:
                 for schema in dict.fromkeys(t.schema for t in self._tables):
                     items.append(Statement(f"CREATE DATABASE IF NOT EXISTS {quote(schema)}"))
@@ -294,8 +244,6 @@ class Provisioner:
                         ddl.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1),
                         default_schema=t.schema, schema_changes=[
                             SchemaChange(ChangeKind.CREATE_TABLE, t.schema, t.table)]))
-        finally:
-            conn.close()
         assembler.snapshot(items, position, f"provision:{req.id}:begin",
                            json.dumps({"id": req.id, "begin": True}))
         self._begun = True
@@ -310,48 +258,28 @@ class Provisioner:
     def _next_table(self) -> _Table | None:
         return next((t for t in self._tables if not t.done), None)
 
-    def _read_chunk(self) -> _Held | None:
+    def _read(self) -> _Held | None:
+        if time.monotonic() < self._not_before:
+            return None  # provision_rows_per_s: not yet
         table = self._next_table()
         if table is None:
             self._finish()
             return None
-        conn = self._connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SET time_zone = '+00:00'")
-                cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-                cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
-                status = dict(cur.fetchall())
-                at = BinlogPosition(str(status["Binlog_snapshot_file"]),
-                                    int(status["Binlog_snapshot_position"]))
-                source = self._source(conn, table)
-                keyless = not source.key
-                if keyless and table.chunk == 0:
-                    log.warning("provisioning %s.%s: no primary key; the whole table goes in "
-                                "one chunk", table.schema, table.table)
-                after = None if table.last is None else [
-                    from_thl(spec, v) for spec, v in zip(
-                        [next(c for c in source.specs if c.name == k) for k in source.key],
-                        table.last, strict=True)]
-                sql, params = chunk_query(source, after,
-                                          None if keyless else self.cfg.provision_chunk_rows)
-                cur.execute(sql, params)
-                fetched = cur.fetchall()
-                conn.commit()
-        finally:
-            conn.close()
-        rows = [source.values(r) for r in fetched]
-        end = keyless or len(rows) < self.cfg.provision_chunk_rows
-        last = None if not rows or keyless else [
-            rows[-1][[c.name for c in source.specs].index(k)] for k in source.key]
+        with self._connection() as conn:
+            source = self._source(conn, table)
+            if not source.key and table.chunk == 0:
+                log.warning("provisioning %s.%s: no primary key; the whole table goes in "
+                            "one chunk", table.schema, table.table)
+            chunk = read_chunk(conn, source, table.last, self.cfg.provision_chunk_rows)
+        rows = chunk.rows
         items: list[Statement | RowChange] = [RowChange(
             RowAction.INSERT, table.schema, table.table, column_specs=source.specs,
             column_values=rows)]
         marks = {"id": self.request.id if self.request else "", "table": [table.schema,
                  table.table], "chunk": table.chunk, "first": table.chunk == 0,
-                 "end": end, "rows": len(rows),
-                 "last": encode_key(last) if last is not None else None}
-        return _Held(at, items, marks, len(rows))
+                 "end": chunk.end, "rows": len(rows),
+                 "last": encode_key(chunk.last) if chunk.last is not None else None}
+        return _Held(chunk.position, marks, items, len(rows))
 
     def _emit(self, held: _Held, assembler: TransactionAssembler,
               position: BinlogPosition) -> None:
@@ -372,23 +300,17 @@ class Provisioner:
         if table.done:
             log.info("provisioning: %s.%s done (%d rows)", table.schema, table.table,
                      table.rows)
+        if self.cfg.provision_rows_per_s:
+            self._not_before = max(time.monotonic(), self._not_before) + \
+                held.rows / self.cfg.provision_rows_per_s
 
     def _finish(self) -> None:
         req = self.request
         if req is None or req.state == "done":
             return
-        req.state = "done"
         req.current = ""
-        req.message = f"{len(self._tables)} table(s), {req.rows_done} rows"
-        self._write()
+        self._conclude("done", f"{len(self._tables)} table(s), {req.rows_done} rows")
         log.info("provisioning %s: done, %s", req.id, req.message)
-
-    def fail(self, message: str) -> None:
-        """Give the request up (a table vanished, ...): state failed, with why."""
-        if self.request is not None:
-            self.request.state = "failed"
-            self.request.message = message
-            self._write()
 
     # -- progress ---------------------------------------------------------------------------
 
@@ -401,18 +323,3 @@ class Provisioner:
     def status_text(self) -> str:
         """One line for the extractor's status (``provisioning`` field)."""
         return self._progress_text() if self.active else "NONE"
-
-    def _publish_progress(self) -> None:
-        now = time.monotonic()
-        if now - self._published < 1.0:
-            return
-        self._published = now
-        self._write()
-
-    def _write(self) -> None:
-        if self.request is None:
-            return
-        try:
-            write_request(self.zk, self.service, self.request)
-        except KazooException as exc:
-            log.debug("provisioning progress not published: %s", exc)

@@ -483,7 +483,7 @@ class Extractor:
         """Between transactions: take up provisioning and check requests, emit their due
         chunks and ranges."""
         if self.checker is not None:
-            self.checker.poll()
+            self.checker.poll(assembler.next_seqno)
             self.checker.step(position, assembler)
         prov = self.provisioner
         if prov is None:

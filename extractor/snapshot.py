@@ -17,8 +17,9 @@ from typing import Any
 
 import pymysql
 
+from extractor.binlog_position import BinlogPosition
 from thl_topics.event import ColumnSpec, ThlValue
-from thl_topics.values import to_thl
+from thl_topics.values import from_thl, to_thl
 
 _TYPES = {
     "tinyint": "TINYINT", "smallint": "SMALLINT", "mediumint": "MEDIUMINT", "int": "INT",
@@ -59,6 +60,19 @@ class SourceTable:
     def values(self, row: Sequence[Any]) -> list[ThlValue]:
         """One fetched row as THL values."""
         return [conv(v) for conv, v in zip(self.converters, row, strict=True)]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Rows of a table read in one consistent snapshot (``read_chunk``)."""
+
+    #: The binlog position the snapshot is consistent with.
+    position: BinlogPosition
+    rows: list[list[ThlValue]]
+    #: The key of the last row (None: no rows, or the table has no key).
+    last: list[ThlValue] | None
+    #: No rows after these: the table's last chunk.
+    end: bool
 
 
 def quote(name: str) -> str:
@@ -163,3 +177,31 @@ def chunk_query(table: SourceTable, after: Sequence[Any] | None, limit: int | No
     if limit is not None:
         sql += f" LIMIT {int(limit)}"
     return sql, params
+
+
+def read_chunk(conn: pymysql.connections.Connection[Any], source: SourceTable,
+               last: Sequence[ThlValue] | None, limit: int) -> Chunk:
+    """The next ``limit`` rows after the key ``last`` (None: from the start; a table without
+    a key: all of it), read in a consistent snapshot, with the binlog position MariaDB
+    reports for that snapshot: the rows hold every transaction before it and none after."""
+    keyless = not source.key
+    with conn.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+        status = dict(cur.fetchall())
+        at = BinlogPosition(str(status["Binlog_snapshot_file"]),
+                            int(status["Binlog_snapshot_position"]))
+        after = None if last is None else [
+            from_thl(spec, v) for spec, v in zip(
+                [next(c for c in source.specs if c.name == k) for k in source.key],
+                last, strict=True)]
+        sql, params = chunk_query(source, after, None if keyless else limit)
+        cur.execute(sql, params)
+        fetched = cur.fetchall()
+        conn.commit()
+    rows = [source.values(r) for r in fetched]
+    end = keyless or len(rows) < limit
+    key = None if not rows or keyless else [
+        rows[-1][[c.name for c in source.specs].index(k)] for k in source.key]
+    return Chunk(at, rows, key, end)
