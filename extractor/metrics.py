@@ -12,6 +12,8 @@ from extractor.service import Extractor
 from replicator.state import State
 from replicator.zk_metrics import ZkCollector
 
+Family = GaugeMetricFamily | CounterMetricFamily
+
 
 class ExtractorCollector(Collector):
     """Last extracted seqno, its latency, whether it is ONLINE, its retries and lost leads."""
@@ -20,7 +22,15 @@ class ExtractorCollector(Collector):
         self.extractor = extractor
         self.service = service
 
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    def collect(self) -> Iterator[Family]:
+        yield from self._stream()
+        yield from self._xa()
+        yield from self._restarts()
+        yield from self._provisioning()
+        if self.extractor.zk_health is not None:
+            yield from ZkCollector(self.extractor.zk_health, self.service, "extractor").collect()
+
+    def _stream(self) -> Iterator[Family]:
         status = self.extractor.status
         for name, doc, value in (
             ("trep_extracted_last_seqno", "Last seqno committed to the THL",
@@ -30,9 +40,7 @@ class ExtractorCollector(Collector):
             ("trep_extractor_online", "1 when the extractor is ONLINE",
              1 if status.state == State.ONLINE.value else 0),
         ):
-            family = GaugeMetricFamily(name, doc, labels=["service"])
-            family.add_metric([self.service], float(value))
-            yield family
+            yield self._gauge(name, doc, value)
         progress = self.extractor.progress
         now = time.monotonic()
         for name, doc, value in (
@@ -45,9 +53,9 @@ class ExtractorCollector(Collector):
             ("trep_extractor_stalled", "1 while the status shows a stall (stall_warning_s)",
              0 if status.stall == "NONE" else 1),
         ):
-            family = GaugeMetricFamily(name, doc, labels=["service"])
-            family.add_metric([self.service], float(value))
-            yield family
+            yield self._gauge(name, doc, value)
+
+    def _xa(self) -> Iterator[Family]:
         assembler = self.extractor.assembler
         for name, doc, value in (
             ("trep_extractor_xa_prepared", "XA transactions prepared on the source and not "
@@ -57,41 +65,39 @@ class ExtractorCollector(Collector):
              "transaction has been waiting for its outcome",
              assembler.oldest_xa_age() if assembler else 0.0),
         ):
-            family = GaugeMetricFamily(name, doc, labels=["service"])
-            family.add_metric([self.service], float(value))
-            yield family
-        unknown = CounterMetricFamily(
+            yield self._gauge(name, doc, value)
+        yield self._counter(
             "trep_extractor_xa_unknown_outcomes", "XA COMMIT/ROLLBACK read whose prepare "
-            "precedes the extractor's start (its rows are not in the THL)", labels=["service"])
-        unknown.add_metric([self.service], float(assembler.unknown_outcomes if assembler else 0))
-        yield unknown
-        ddl = CounterMetricFamily(
+            "precedes the extractor's start (its rows are not in the THL)",
+            assembler.unknown_outcomes if assembler else 0)
+        yield self._counter(
             "trep_extractor_ddl_not_understood", "Table DDL statements published with their "
             "text only: the parser could not read them into schema-change items",
-            labels=["service"])
-        ddl.add_metric([self.service], float(assembler.ddl_not_understood if assembler else 0))
-        yield ddl
-        retries = CounterMetricFamily(
+            assembler.ddl_not_understood if assembler else 0)
+
+    def _restarts(self) -> Iterator[Family]:
+        yield self._counter(
             "trep_extractor_retries", "Fresh starts from the THL tail after the source or "
-            "Kafka failed", labels=["service"])
-        retries.add_metric([self.service], float(self.extractor.retries))
-        yield retries
-        losses = CounterMetricFamily(
+            "Kafka failed", self.extractor.retries)
+        yield self._counter(
             "trep_extractor_leadership_losses", "Times the extractor lost its leader lock "
             "(ZooKeeper session expired, or fenced by a new leader) and went back to standby",
-            labels=["service"])
-        losses.add_metric([self.service], float(self.extractor.leadership_losses))
-        yield losses
-        prov = self.extractor.provisioner
-        rows = CounterMetricFamily(
-            "trep_provision_rows", "Rows published by provisioning (this process)",
-            labels=["service"])
-        rows.add_metric([self.service], float(prov.rows_total if prov else 0))
-        yield rows
-        active = GaugeMetricFamily("trep_provision_active", "1 while a provisioning runs",
-                                   labels=["service"])
-        active.add_metric([self.service], 1.0 if prov is not None and prov.active else 0.0)
-        yield active
-        if self.extractor.zk_health is not None:
-            yield from ZkCollector(self.extractor.zk_health, self.service, "extractor").collect()
+            self.extractor.leadership_losses)
 
+    def _provisioning(self) -> Iterator[Family]:
+        prov = self.extractor.provisioner
+        yield self._counter("trep_provision_rows",
+                            "Rows published by provisioning (this process)",
+                            prov.rows_total if prov else 0)
+        yield self._gauge("trep_provision_active", "1 while a provisioning runs",
+                          1.0 if prov is not None and prov.active else 0.0)
+
+    def _gauge(self, name: str, doc: str, value: float) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(name, doc, labels=["service"])
+        family.add_metric([self.service], float(value))
+        return family
+
+    def _counter(self, name: str, doc: str, value: float) -> CounterMetricFamily:
+        family = CounterMetricFamily(name, doc, labels=["service"])
+        family.add_metric([self.service], float(value))
+        return family

@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pymysql
@@ -371,11 +371,10 @@ class Extractor:
                     "to start from the current binlog position.") from exc
             raise
 
-    def _stream(self, start: StartPoint, producer: ThlProducer, engine: sa.Engine,
-                nodes: ServiceNodes) -> None:
-        xcfg = self.cfg
-        self.retention = Retention(self.service, xcfg, nodes)
-        self.epoch = start.next_seqno
+    def _resume_point(self, start: StartPoint, engine: sa.Engine, nodes: ServiceNodes
+                      ) -> tuple[BinlogPosition, CatchUp | None]:
+        """Where the binlog resumes, and the catch-up over the prepares of XA transactions
+        still open at the THL tail (None: none open)."""
         resume = start.position or self._initial_position()
         log.info("extractor: resuming at %s, next seqno %d (from %s)",
                  resume.event_id(), start.next_seqno, start.origin)
@@ -386,6 +385,37 @@ class Extractor:
             log.info("extractor: %d XA transaction(s) were prepared and undecided at the THL "
                      "tail; reading their prepares again from %s", len(start.xa_open),
                      catch_up.start.event_id())
+        return resume, catch_up
+
+    def _new_assembler(self, start: StartPoint, epoch: int, emit: Callable[[ThlEvent], None],
+                       resume: BinlogPosition, catch_up: CatchUp | None
+                       ) -> TransactionAssembler:
+        """This lead's transaction assembler, publishing through ``emit``."""
+        xcfg = self.cfg
+        self.assembler = TransactionAssembler(
+            emit=emit, next_seqno=start.next_seqno, epoch=epoch,
+            service=self.service.service, source_id=xcfg.source_id,
+            filters=self._filters(), fragment_rows=xcfg.fragment_rows,
+            fragment_bytes=xcfg.fragment_bytes,
+            chain=build_chain(xcfg.filters.chain).around(self.service.tracking_schema),
+            start=catch_up.start if catch_up else resume, catch_up=catch_up)
+        return self.assembler
+
+    def _go_online(self, start: StartPoint, epoch: int) -> None:
+        """The start position is fixed: later source commits are extracted."""
+        self.streaming.set()
+        if self.last_committed is None and start.next_seqno > 0:
+            self.status.appliedLastSeqno = start.next_seqno - 1
+        self.status.appliedLastEpoch = epoch
+        self.status.clear_error()
+        self._publish(State.ONLINE)
+
+    def _stream(self, start: StartPoint, producer: ThlProducer, engine: sa.Engine,
+                nodes: ServiceNodes) -> None:
+        xcfg = self.cfg
+        self.retention = Retention(self.service, xcfg, nodes)
+        epoch = self.epoch = start.next_seqno
+        resume, catch_up = self._resume_point(start, engine, nodes)
         pending: list[ThlEvent] = []
         batch_started = 0.0
 
@@ -403,21 +433,9 @@ class Extractor:
                     self.progress.pending_since = time.monotonic()
                 self.progress.pending = len(pending)
 
-        assembler = TransactionAssembler(
-            emit=emit, next_seqno=start.next_seqno, epoch=self.epoch,
-            service=self.service.service, source_id=xcfg.source_id,
-            filters=self._filters(), fragment_rows=xcfg.fragment_rows,
-            fragment_bytes=xcfg.fragment_bytes,
-            chain=build_chain(xcfg.filters.chain).around(self.service.tracking_schema),
-            start=catch_up.start if catch_up else resume, catch_up=catch_up)
-        self.assembler = assembler
+        assembler = self._new_assembler(start, epoch, emit, resume, catch_up)
         stream = self._binlog(catch_up.start if catch_up else resume)
-        self.streaming.set()
-        if self.last_committed is None and start.next_seqno > 0:
-            self.status.appliedLastSeqno = start.next_seqno - 1
-        self.status.appliedLastEpoch = self.epoch
-        self.status.clear_error()
-        self._publish(State.ONLINE)
+        self._go_online(start, epoch)
         # A provisioning request's opening event goes before the first streamed change.
         if catch_up is None:
             self._provision(resume, assembler)
