@@ -84,12 +84,8 @@ class SnapshotJob(Generic[R, H]):
     def poll(self, next_seqno: int) -> None:
         """Between transactions: take up a new request (``next_seqno``: where the stream's
         next event goes)."""
-        if self.active:
+        if self.active or not self._due():
             return
-        now = time.monotonic()
-        if now - self._polled < 1.0:
-            return
-        self._polled = now
         try:
             req = read_request(self.zk, self.service, self.REQUEST)
         except KazooException:
@@ -159,11 +155,16 @@ class SnapshotJob(Generic[R, H]):
     # -- progress ---------------------------------------------------------------------------
 
     def _publish_progress(self) -> None:
+        if self._due():
+            self._write()
+
+    def _due(self) -> bool:
+        """True at most once a second, for a look for a request and progress writes alike."""
         now = time.monotonic()
         if now - self._polled < 1.0:
-            return
+            return False
         self._polled = now
-        self._write()
+        return True
 
     def _write(self) -> None:
         if self.request is None:
