@@ -1,13 +1,13 @@
 """The channels of a parallel consumer group: one thread, one applier, one queue each.
 
-The runtime's stream thread reads the THL, routes each seqno (``consumers.channels``) and
-hands its fragments to a channel's queue; each channel runs blocks on its own applier (its
-own connection, transaction and ``trep_commit_seqno`` row) as the single-channel runtime
-does, and reports every commit back. The stream thread keeps every status, mirror and
+The runtime's stream thread reads the THL, routes each seqno (``shards``) and hands its
+fragments to a channel's queue; each channel runs blocks on its own applier (its own
+connection, transaction and ``trep_commit_seqno`` row) as the single-channel runtime does,
+and reports every commit back. The stream thread keeps every status, mirror and
 offset, so ZooKeeper and Kafka are only ever touched from one thread.
 
-What a channel may write as its position (see ``consumers.channels``): the last seqno of
-its last committed block, or, when it is idle with nothing queued, the last seqno the
+What a channel may write as its position (see ``shards``): the last seqno of its last
+committed block, or, when it is idle with nothing queued, the last seqno the
 stream thread *passed* (``ChannelSet.passed``): every seqno routed to the channel up to
 that one was queued before it was passed, and an idle channel has committed all it was
 given. Queues are bounded, which also bounds how far one channel runs ahead of another.
@@ -23,13 +23,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from consumers.applier import Applier, BlockLimits
-from consumers.block import Block
 from consumers.errors import ConsumerError
 from consumers.position import Position
+from consumers.runtime.blocks import Block
 from replicator import crashpoints
 from thl_topics.event import RowChange, ThlEvent
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__package__)
 
 #: Seconds between looks at the stop flag while a thread waits on a queue.
 _TICK = 0.1

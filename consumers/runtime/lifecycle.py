@@ -16,9 +16,9 @@ One runtime drives one consumer group. Its loop:
 4. Transient failures (target, broker or ZooKeeper down) retry with backoff from the stored
    position; data and log failures go to OFFLINE:ERROR at their seqno until an operator acts.
 
-With ``channels: N`` (parallel apply, ``consumers.channels``) step 3 routes each seqno to
+With ``channels: N`` (parallel apply, ``shards``) step 3 routes each seqno to
 a channel by shard; the channels apply side by side on their own appliers
-(``consumers.parallel``), critical seqnos apply alone, and the group's position is the
+(``channel_workers``), critical seqnos apply alone, and the group's position is the
 lowest channel's. Everything else (states, retries, handshake, mirrors) stays here.
 
 ZooKeeper is the control plane, never the position of record: while it is away the group
@@ -51,8 +51,6 @@ from tenacity import (
 )
 
 from consumers.applier import Applier, StatementPolicy, WarmsUp
-from consumers.block import Block
-from consumers.channels import ChannelApplier, ChannelError, ShardMap, plan_channels
 from consumers.check import CheckingApplier, CheckRange, CheckResult, check_of, now_text
 from consumers.config import GroupConfig
 from consumers.errors import (
@@ -68,8 +66,10 @@ from consumers.errors import (
 from consumers.feed import ThlFeed, forget_group_offsets
 from consumers.heartbeat import HEARTBEAT_TABLE, Heartbeat, heartbeats
 from consumers.metrics import ConsumerMetrics
-from consumers.parallel import ChannelSet, Fragment
 from consumers.position import Position
+from consumers.runtime.blocks import Block
+from consumers.runtime.channel_workers import ChannelSet, Fragment
+from consumers.runtime.shards import ChannelApplier, ChannelError, ShardMap, plan_channels
 from replicator import crashpoints
 from replicator.config import ConfigError
 from replicator.control import ComponentNodes, Desired, Wakeup
@@ -82,7 +82,7 @@ from thl_topics.event import DataItem, RowChange, Statement, ThlEvent
 from thl_topics.reader import ThlRecord
 from thl_topics.records import META_CHECK
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__package__)
 
 _T = TypeVar("_T")
 
