@@ -74,6 +74,7 @@ class GroupControl:
         self.wakeup.set()
 
     def stopped(self) -> bool:
+        """``stop()`` was called: the process is stopping."""
         return self._stop.is_set()
 
     def on_desired(self, desired: Desired) -> None:

@@ -14,54 +14,57 @@ import logging
 import queue
 import time
 
-from consumers.errors import TerminalError
 from consumers.feed import ThlFeed
 from consumers.position import Position
-from consumers.runtime.channel_workers import ChannelSet, Fragment
+from consumers.runtime.blocks import Fragment
+from consumers.runtime.channel_workers import ChannelSet
 from consumers.runtime.control import GoOffline
 from consumers.runtime.group import Group
-from consumers.runtime.order import SeqnoOrder
-from consumers.runtime.shards import ShardMap
+from consumers.runtime.order import SeqnoReader
 from replicator.zk import ZkPosition
+from thl_topics.event import ThlEvent
 
 log = logging.getLogger(__package__)
 
 
 class ParallelStream:
-    """One session's stream from ``start`` (None: the THL's first seqno), with channels."""
+    """One session's stream of a group with channels, from where ``reader`` starts."""
 
-    def __init__(self, group: Group, feed: ThlFeed, order: SeqnoOrder, start: int | None,
+    def __init__(self, group: Group, feed: ThlFeed, reader: SeqnoReader,
                  careful_until: int) -> None:
         self.group = group
         self.name = group.name
         self.feed = feed
-        self.order = order
-        self.start = start
+        self.reader = reader
         self.careful_until = careful_until
         #: Blocks committed (any channel): a session that committed one made progress.
         self.commits = 0
+        #: Seqnos the operator asked to skip (as the dispatch started).
+        self.skips: set[int] = set()
+        book = group.channel_book
+        if book.shards is None:
+            raise RuntimeError("parallel stream before the handshake")
+        self.shards = book.shards
+        self.channels = book.running = ChannelSet(
+            self.name, group.appliers, group.limits, book.start, group.prep.apply,
+            group.control.check_lead, group.metrics.rows)
 
     def run(self) -> None:
         """Stream with channels: the channels apply, this thread routes and keeps books."""
-        g, book = self.group, self.group.channel_book
-        if book.shards is None:
-            raise RuntimeError("parallel stream before the handshake")
-        channels = book.running = ChannelSet(
-            self.name, g.appliers, g.limits, book.start, g.prep.apply,
-            g.control.check_lead, g.metrics.rows)
+        channels = self.channels
         channels.start()
         try:
-            self._dispatch(channels, book.shards)
+            self._dispatch()
         finally:
             channels.stop()
             try:
-                self._absorb(channels, failures=False)  # what committed still counts
+                self._absorb(failures=False)  # what committed still counts
             except Exception as exc:  # never hide why the session ended
                 log.warning("%s: after the channels stopped: %s", self.name, exc)
-            book.running = None
-            g.control.publish(force=False)
+            self.group.channel_book.running = None
+            self.group.control.publish(force=False)
 
-    def _dispatch(self, channels: ChannelSet, shards: ShardMap) -> None:
+    def _dispatch(self) -> None:
         """Route every seqno to its channel, in THL order, until offline or a failure.
 
         A seqno goes to its shard's channel unless that channel applied it already (its
@@ -70,89 +73,92 @@ class ParallelStream:
         committed before the next seqno is routed. A fresh group (no channel positions)
         applies its first seqno so, then moves every channel to it.
         """
-        control, book, feed = self.group.control, self.group.channel_book, self.feed
-        expected = self.start
-        in_seqno: int | None = None
-        next_frag = 0
+        control, reader = self.group.control, self.reader
         channel: int | None = None
         alone = False
-        skips = set(control.desired().skip_seqnos)
-
-        def tick() -> None:
-            self._absorb(channels)
-
-        def waiting() -> None:
-            # The stream waits for channels (a drain, a full queue): a blocked channel may
-            # commit nothing for long, so show the channels as they are (throttled).
-            tick()
-            control.publish(force=False)
-
+        self.skips = set(control.desired().skip_seqnos)
         while True:
-            tick()
-            if in_seqno is None:
-                control.check_lead()
-                passed = channels.passed
-                if not control.wants_online() and (
-                        passed is None or passed.seqno >= channels.highest):
-                    # Tungsten's clean offline: every channel commits and moves its position
-                    # to the last seqno passed, so they all stop at one seqno (the channel
-                    # count may change now). After a crash, first read on to the highest
-                    # channel position: below it some channels are ahead of others.
-                    channels.drain(waiting, sync=True)
-                    tick()
-                    raise GoOffline
-            rec = feed.poll(0.2)
+            self._absorb()
+            if reader.in_seqno is None:
+                self._between_seqnos()
+            rec = reader.poll(0.2)
             if rec is None:
                 if control.stale:
                     control.publish(force=False)
                 if control.skips_done:
                     control.consume_skips([])
                 continue
-            if rec.event is None:
-                raise TerminalError(f"{rec.error}; the consumer stops here", seqno=rec.seqno)
-            event = rec.event
-            if in_seqno is None:
-                if not self.order.starts_seqno(event, rec, expected):
-                    continue
-                route = shards.route(event)
-                channel = route.channel
-                done = book.start[channel] if channel is not None else None
-                if channel is not None and done is not None and event.seqno <= done.seqno:
-                    channel = None  # applied by its channel before the restart
-                alone = channel is not None and (route.critical is not None
-                                                 or not channels.positioned)
-                if alone:
-                    if route.critical is not None:
-                        book.critical += 1
-                        log.debug("%s: seqno %d is critical (%s): every channel commits, "
-                                  "then it applies alone", self.name, event.seqno,
-                                  route.critical)
-                    channels.drain(waiting)
-                in_seqno, next_frag = event.seqno, 0
-            else:
-                self.order.continues_seqno(event, rec, in_seqno, next_frag)
-            if channel is not None:
-                channels.put(channel, Fragment(
-                    event, rec.offset, rec.size, skip=event.seqno in skips,
-                    alone=alone or event.seqno <= self.careful_until), waiting)
-            next_frag += 1
-            if not event.last_frag:
+            event = reader.accept(rec)
+            if event is None:
                 continue
-            in_seqno, expected = None, event.seqno + 1
-            channels.pass_seqno(Position.of(event, rec.offset))
-            if alone:
-                channels.drain(waiting, sync=not channels.positioned)
-            elif channel is None:
-                if event.seqno in skips:
-                    control.consume_skips([event.seqno])  # nothing to apply there anyway
-                if not channels.positioned:
-                    channels.drain(waiting, sync=True)
+            if event.fragno == 0:  # a seqno's first record
+                channel, alone = self._route(event)
+            if channel is not None:
+                self.channels.put(channel, Fragment(
+                    event, rec.offset, rec.size, skip=event.seqno in self.skips,
+                    alone=alone or event.seqno <= self.careful_until), self._waiting)
+            if event.last_frag:
+                self._passed(Position.of(event, rec.offset), channel, alone)
 
-    def _absorb(self, channels: ChannelSet, failures: bool = True) -> None:
+    def _waiting(self) -> None:
+        # The stream waits for channels (a drain, a full queue): a blocked channel may
+        # commit nothing for long, so show the channels as they are (throttled).
+        self._absorb()
+        self.group.control.publish(force=False)
+
+    def _between_seqnos(self) -> None:
+        """The lock check; on the operator's offline, a clean stop of every channel."""
+        control, channels = self.group.control, self.channels
+        control.check_lead()
+        passed = channels.passed
+        if not control.wants_online() and (
+                passed is None or passed.seqno >= channels.highest):
+            # Tungsten's clean offline: every channel commits and moves its position
+            # to the last seqno passed, so they all stop at one seqno (the channel
+            # count may change now). After a crash, first read on to the highest
+            # channel position: below it some channels are ahead of others.
+            channels.drain(self._waiting, sync=True)
+            self._absorb()
+            raise GoOffline
+
+    def _route(self, event: ThlEvent) -> tuple[int | None, bool]:
+        """The channel of a seqno (None: no channel applies it) and whether it applies
+        alone, from its first fragment; before one that does, every channel commits."""
+        book, channels = self.group.channel_book, self.channels
+        route = self.shards.route(event)
+        channel = route.channel
+        done = book.start[channel] if channel is not None else None
+        if channel is not None and done is not None and event.seqno <= done.seqno:
+            channel = None  # applied by its channel before the restart
+        alone = channel is not None and (route.critical is not None
+                                         or not channels.positioned)
+        if alone:
+            if route.critical is not None:
+                book.critical += 1
+                log.debug("%s: seqno %d is critical (%s): every channel commits, "
+                          "then it applies alone", self.name, event.seqno,
+                          route.critical)
+            channels.drain(self._waiting)
+        return channel, alone
+
+    def _passed(self, position: Position, channel: int | None, alone: bool) -> None:
+        """The stream is done with a seqno (queued whole, or nothing to queue)."""
+        channels = self.channels
+        channels.pass_seqno(position)
+        if alone:
+            channels.drain(self._waiting, sync=not channels.positioned)
+        elif channel is None:
+            if position.seqno in self.skips:
+                # Nothing to apply there anyway.
+                self.group.control.consume_skips([position.seqno])
+            if not channels.positioned:
+                channels.drain(self._waiting, sync=True)
+
+    def _absorb(self, failures: bool = True) -> None:
         """The channels' commits since the last call: metrics and channel mirrors, then the
         group's position (the lowest channel's) in status, ZooKeeper and Kafka; a channel's
         failure is raised here (``failures``)."""
-        g, book = self.group, self.group.channel_book
+        g, book, channels = self.group, self.group.channel_book, self.channels
         reports = []
         while True:
             try:

@@ -1,5 +1,6 @@
 """The THL in seqno order: each seqno whole, from its first fragment, once, from where the
-target stopped, and never past a hole.
+target stopped, and never past a hole. One ``SeqnoReader`` per session reads the feed so,
+for the single stream and for the parallel dispatch alike.
 
 A record before the start was applied already and is passed over. A seqno after the
 expected one is a hole or another log under the same topic name (recreated): the first time
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from consumers.errors import SeqnoGap, TerminalError, TransientError
+from consumers.feed import ThlFeed
 from thl_topics.event import ThlEvent
 from thl_topics.reader import ThlRecord
 
@@ -26,6 +28,10 @@ class SeqnoOrder:
         self.topic = topic
         #: The expected seqno at which a gap was seen once (then re-checked by handshake).
         self._gap_checked = -1
+
+    def read(self, feed: ThlFeed, start: int | None) -> SeqnoReader:
+        """One session's read of ``feed``, sought to ``start`` (None: the THL's start)."""
+        return SeqnoReader(self, feed, start)
 
     def starts_seqno(self, event: ThlEvent, rec: ThlRecord, expected: int | None) -> bool:
         """Checks at the first record of a seqno; False: before the start, already applied."""
@@ -59,3 +65,40 @@ class SeqnoOrder:
                 f"seqno {in_seqno} is missing fragment {next_frag}: found seqno "
                 f"{event.seqno} fragment {event.fragno} at offset {rec.offset}",
                 seqno=in_seqno)
+
+
+class SeqnoReader:
+    """One session's read of the THL in seqno order: ``poll`` for the next record, then
+    ``accept`` it. Between seqnos ``in_seqno`` is None; a seqno's first fragment is
+    fragment 0, so ``event.fragno == 0`` tells the first record of a seqno."""
+
+    def __init__(self, order: SeqnoOrder, feed: ThlFeed, start: int | None) -> None:
+        self._order = order
+        self._feed = feed
+        #: The next seqno to apply (None: whichever the THL starts with).
+        self.expected = start
+        #: The seqno whose fragments are being read (None: between seqnos).
+        self.in_seqno: int | None = None
+        self._next_frag = 0
+
+    def poll(self, timeout: float) -> ThlRecord | None:
+        """The next record, or None if none came within ``timeout`` seconds."""
+        return self._feed.poll(timeout)
+
+    def accept(self, rec: ThlRecord) -> ThlEvent | None:
+        """The event of ``rec`` if it is the next fragment to apply; None for a seqno
+        applied before the start. An unreadable record, a hole, a fragment out of place
+        raise."""
+        if rec.event is None:
+            raise TerminalError(f"{rec.error}; the consumer stops here", seqno=rec.seqno)
+        event = rec.event
+        if self.in_seqno is None:
+            if not self._order.starts_seqno(event, rec, self.expected):
+                return None
+            self.in_seqno, self._next_frag = event.seqno, 0
+        else:
+            self._order.continues_seqno(event, rec, self.in_seqno, self._next_frag)
+        self._next_frag += 1
+        if event.last_frag:
+            self.in_seqno, self.expected = None, event.seqno + 1
+        return event

@@ -83,11 +83,12 @@ class Sessions:
 
     def _stream(self, feed: ThlFeed, start: int | None) -> None:
         """Stream from ``start``; a transient failure after a commit is ``Progressed``."""
+        reader = self._order.read(feed, start)
         stream: SingleStream | ParallelStream
         if self.group.parallel:
-            stream = ParallelStream(self.group, feed, self._order, start, self._careful_until)
+            stream = ParallelStream(self.group, feed, reader, self._careful_until)
         else:
-            stream = SingleStream(self.group, feed, self._order, start, self._careful_until)
+            stream = SingleStream(self.group, feed, reader, self._careful_until)
         try:
             stream.run()
         except TransientError as exc:

@@ -1,127 +1,76 @@
-"""The stream of a group with one channel: the THL in seqno order, applied in blocks on the
-group's applier; after each commit the group's position goes to its status, its ZooKeeper
-mirror and (for lag tools) its Kafka offset.
+"""The stream of a group with one channel: the THL in seqno order (``order``), applied in
+blocks on the group's applier by the block loop (``blocks``). Between seqnos it answers to
+the operator (offline) and to the lock; after each commit the group's position goes to its
+status, its ZooKeeper mirror and (for lag tools) its Kafka offset.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 
-from consumers.errors import ConsumerError, TerminalError
 from consumers.feed import ThlFeed
-from consumers.position import Position
-from consumers.runtime.blocks import Block
+from consumers.runtime.blocks import Block, BlockLoop, Fragment, Quiet
 from consumers.runtime.control import GoOffline
 from consumers.runtime.group import Group
-from consumers.runtime.order import SeqnoOrder
-from replicator import crashpoints
+from consumers.runtime.order import SeqnoReader
 from replicator.zk import ZkPosition
-from thl_topics.event import RowChange
-
-log = logging.getLogger(__package__)
 
 
-class SingleStream:
-    """One session's stream from ``start`` (None: the THL's first seqno)."""
+class SingleStream(BlockLoop):
+    """One session's stream of a group with one channel, from where ``reader`` starts."""
 
-    def __init__(self, group: Group, feed: ThlFeed, order: SeqnoOrder, start: int | None,
+    tick = 0.2
+    due_between_seqnos = True
+    patient_until_first_seqno = True
+
+    def __init__(self, group: Group, feed: ThlFeed, reader: SeqnoReader,
                  careful_until: int) -> None:
+        super().__init__(group.name, group.applier, group.limits, group.prep.apply,
+                         group.metrics.rows, group.control.check_lead)
         self.group = group
         self.name = group.name
         self.feed = feed
-        self.order = order
-        self.start = start
+        self.reader = reader
         self.careful_until = careful_until
         #: Blocks committed: a session that committed one made progress.
         self.commits = 0
+        #: Seqnos the operator asked to skip (as the session started).
+        self.skips: set[int] = set()
 
     def run(self) -> None:
-        g, control, applier = self.group, self.group.control, self.group.applier
-        expected = self.start
-        block = Block()
-        in_seqno: int | None = None
-        next_frag = 0
-        skips = set(control.desired().skip_seqnos)
-        block_s = g.limits.ms / 1000
-        idle = g.limits.idle
+        self.skips = set(self.group.control.desired().skip_seqnos)
+        super().run()
 
-        def commit() -> None:
-            nonlocal block
-            if not block.positions:
-                return
-            # Another process may hold the lock by now: its work, not this block, counts.
-            control.check_lead()
-            last = block.positions[-1]
-            try:
-                applier.commit(last)
-            except ConsumerError as exc:
-                if exc.seqno < 0:
-                    # Batched rows are sent at commit: the culprit is somewhere in the block;
-                    # careful mode (one seqno per block) will pin it down.
-                    exc.seqno, exc.event_id = last.seqno, last.event_id
-                raise
-            crashpoints.reached("apply-committed")
-            self._committed(block)
-            block = Block()
+    def between_seqnos(self) -> None:
+        control = self.group.control
+        control.check_lead()
+        if not control.wants_online():
+            self.commit()
+            raise GoOffline
 
-        while True:
-            if in_seqno is None:
-                control.check_lead()
-                if not control.wants_online():
-                    commit()
-                    raise GoOffline
-                if block.positions and time.monotonic() - block.opened >= block_s:
-                    commit()
-            wait = 0.2 if not block.positions else 0.0 if idle and in_seqno is None else max(
-                0.0, min(0.2, block.opened + block_s - time.monotonic()))
-            rec = self.feed.poll(wait)
-            if rec is None:
-                if idle and block.positions and in_seqno is None:
-                    commit()  # nothing waits: the block need not wait either
-                    continue
-                if control.stale:
-                    control.publish(force=False)  # idle: let the last commit show
-                if control.skips_done:
-                    control.consume_skips([])
-                continue
-            if rec.event is None:
-                raise TerminalError(f"{rec.error}; the consumer stops here", seqno=rec.seqno)
-            event = rec.event
-            if in_seqno is None:
-                if not self.order.starts_seqno(event, rec, expected):
-                    continue
-                isolated = event.seqno not in skips and g.prep.isolates(event)
-                if block.positions and isolated:
-                    commit()
-                if not block.positions:
-                    applier.begin()
-                    block.opened = time.monotonic()
-                in_seqno, next_frag = event.seqno, 0
-            else:
-                self.order.continues_seqno(event, rec, in_seqno, next_frag)
-            if event.seqno in skips:
-                if event.last_frag:
-                    block.skipped.append(event.seqno)
-                    log.warning("%s: skipped seqno %d (%s) as the operator asked: its data "
-                                "is not applied", self.name, event.seqno, event.event_id)
-            else:
-                g.prep.apply(applier, event)
-            block.rows += sum(item.row_count for item in event.data
-                              if isinstance(item, RowChange))
-            block.bytes += rec.size
-            g.metrics.rows(event)
-            next_frag += 1
-            if not event.last_frag:
-                crashpoints.reached("apply-between-fragments")
-                continue
-            block.positions.append(Position.of(event, rec.offset))
-            in_seqno, expected = None, event.seqno + 1
-            if block.full(g.limits) or event.seqno <= self.careful_until or (
-                    event.seqno not in skips and g.prep.isolates(event)):
-                commit()
+    def receive(self, wait: float) -> Fragment | Quiet:
+        rec = self.reader.poll(wait)
+        if rec is None:
+            return Quiet.NOTHING
+        event = self.reader.accept(rec)
+        if event is None:
+            return Quiet.HANDLED
+        skip = event.seqno in self.skips
+        # Alone: a statement the target commits by itself or a check (``isolates``), and
+        # every seqno in careful mode.
+        return Fragment(event, rec.offset, rec.size, skip=skip,
+                        alone=event.seqno <= self.careful_until or (
+                            not skip and self.group.prep.isolates(event)))
 
-    def _committed(self, block: Block) -> None:
+    def quiet(self) -> None:
+        control = self.group.control
+        if control.stale:
+            control.publish(force=False)  # idle: let the last commit show
+        if control.skips_done:
+            control.consume_skips([])
+
+    def committed(self, block: Block) -> None:
+        """The group's position after a commit: status, metrics, mirror, Kafka offset."""
         g = self.group
         last = block.positions[-1]
         s = g.control.status
