@@ -126,9 +126,6 @@ class ConsumerRuntime:
     def desired(self) -> Desired:
         return self._ctl.desired()
 
-    def _set_state(self, state: State) -> None:
-        self._ctl.set_state(state)
-
     # -- main loop -------------------------------------------------------------------------
 
     def run(self) -> None:
@@ -192,7 +189,7 @@ class ConsumerRuntime:
         # lead may have been dealt with by whoever held the lock meanwhile.
         self._ctl.error_request = None
         self.status.clear_error()
-        self._set_state(State.OFFLINE)
+        self._ctl.set_state(State.OFFLINE)
         while not self._ctl.stopped():
             self._ctl.check_lead()
             desired = self.desired()
@@ -204,7 +201,7 @@ class ConsumerRuntime:
                         self._ctl.desired().request != self._ctl.error_request:
                     self._ctl.error_request = None  # e.g. `offline` clears the error
                     self.status.clear_error()
-                    self._set_state(State.OFFLINE)
+                    self._ctl.set_state(State.OFFLINE)
                 self._ctl.wakeup.wait(1.0)
                 if self._ctl.stale:
                     self._ctl.publish(force=False)
@@ -213,7 +210,7 @@ class ConsumerRuntime:
             self.status.clear_error()
             self._go_online()
         if self.status.state != State.ERROR.value:
-            self._set_state(State.OFFLINE)
+            self._ctl.set_state(State.OFFLINE)
 
     def _go_online(self) -> None:
         request = self._ctl.desired().request
@@ -233,7 +230,7 @@ class ConsumerRuntime:
                     self._log_failure(progressed.cause, 1)
                     self._sleep(0.5)
         except GoOffline:
-            self._set_state(State.OFFLINE)
+            self._ctl.set_state(State.OFFLINE)
         except PositionConflict as exc:
             if not self.lead.still_held():
                 raise LeadLost(str(exc)) from exc
@@ -268,7 +265,7 @@ class ConsumerRuntime:
         self.metrics.error("transient")
         log.warning("%s: %s; retrying (attempt %d)", self.name, exc, attempt)
         self.status.pendingExceptionMessage = f"retrying: {exc}"
-        self._set_state(State.SYNCHRONIZING)
+        self._ctl.set_state(State.SYNCHRONIZING)
 
     def _fail(self, exc: ConsumerError, request: int, kind: str | None = None) -> None:
         self.metrics.error(kind or exc.code.lower())
@@ -280,7 +277,7 @@ class ConsumerRuntime:
         s.pendingErrorSeqno = exc.seqno
         s.pendingErrorEventId = exc.event_id or "NONE"
         s.pendingExceptionMessage = str(exc)
-        self._set_state(State.ERROR)
+        self._ctl.set_state(State.ERROR)
 
     def _reset(self) -> None:
         log.info("%s: reset: clearing the stored position", self.name)
@@ -315,7 +312,7 @@ class ConsumerRuntime:
                         self.name, exc)
             self._ctl.wakeup.wait(1.0)
             return
-        self._set_state(State.OFFLINE)
+        self._ctl.set_state(State.OFFLINE)
 
 
 def _clear_reset(d: Desired) -> None:
