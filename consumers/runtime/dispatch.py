@@ -14,13 +14,11 @@ import logging
 import queue
 import time
 
-from consumers.feed import ThlFeed
 from consumers.position import Position
 from consumers.runtime.blocks import Fragment
 from consumers.runtime.channel_workers import ChannelSet
 from consumers.runtime.control import GoOffline
-from consumers.runtime.group import Group
-from consumers.runtime.order import SeqnoReader
+from consumers.runtime.group import Session
 from replicator.zk import ZkPosition
 from thl_topics.event import ThlEvent
 
@@ -28,17 +26,13 @@ log = logging.getLogger(__package__)
 
 
 class ParallelStream:
-    """One session's stream of a group with channels, from where ``reader`` starts."""
+    """One session's stream of a group with channels."""
 
-    def __init__(self, group: Group, feed: ThlFeed, reader: SeqnoReader,
-                 careful_until: int) -> None:
+    def __init__(self, session: Session) -> None:
+        group = session.group
+        self.session = session
         self.group = group
         self.name = group.name
-        self.feed = feed
-        self.reader = reader
-        self.careful_until = careful_until
-        #: Blocks committed (any channel): a session that committed one made progress.
-        self.commits = 0
         #: Seqnos the operator asked to skip (as the dispatch started).
         self.skips: set[int] = set()
         book = group.channel_book
@@ -73,7 +67,7 @@ class ParallelStream:
         committed before the next seqno is routed. A fresh group (no channel positions)
         applies its first seqno so, then moves every channel to it.
         """
-        control, reader = self.group.control, self.reader
+        control, reader = self.group.control, self.session.reader
         channel: int | None = None
         alone = False
         self.skips = set(control.desired().skip_seqnos)
@@ -96,7 +90,7 @@ class ParallelStream:
             if channel is not None:
                 self.channels.put(channel, Fragment(
                     event, rec.offset, rec.size, skip=event.seqno in self.skips,
-                    alone=alone or event.seqno <= self.careful_until), self._waiting)
+                    alone=alone or event.seqno <= self.session.careful_until), self._waiting)
             if event.last_frag:
                 self._passed(Position.of(event, rec.offset), channel, alone)
 
@@ -180,7 +174,7 @@ class ParallelStream:
                 events += r.events
                 if r.events:
                     s.appliedLatency = round(max(0.0, time.time() - pos.tstamp / 1e6), 3)
-            self.commits += len(reports)
+            self.session.commits += len(reports)
             low = channels.lowest()
             if low is not None and low.seqno > s.appliedLastSeqno:
                 s.appliedLastSeqno, s.appliedLastEventId = low.seqno, low.event_id
@@ -189,7 +183,7 @@ class ParallelStream:
                     f"consumers/{self.name}",
                     ZkPosition(low.seqno, low.epoch, low.event_id, low.fragno, low.last_frag))
                 if not g.applier.capabilities.owns_offsets and low.offset >= 0:
-                    self.feed.commit(low.offset + 1)
+                    self.session.feed.commit(low.offset + 1)
             g.metrics.applied(events, s.appliedLastSeqno, s.appliedLatency)
             if skipped or g.control.skips_done:
                 g.control.consume_skips(skipped)

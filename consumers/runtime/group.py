@@ -1,7 +1,7 @@
 """One consumer group as the parts of its runtime share it: its appliers, limits, control,
 preparation, metrics and ZooKeeper mirrors (``Group``), and what it knows of its channels
 (``ChannelBook``). ``ConsumerRuntime`` builds both once; the handshake, the sessions and
-the streams work with them.
+the streams work with them. A stream works with one online session (``Session``).
 """
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from consumers.applier import Applier, BlockLimits
+from consumers.feed import ThlFeed
 from consumers.metrics import ConsumerMetrics
 from consumers.position import Position
 from consumers.runtime.channel_workers import ChannelSet
 from consumers.runtime.control import GroupControl
+from consumers.runtime.order import SeqnoReader
 from consumers.runtime.preparation import Preparation
 from consumers.runtime.shards import ShardMap
 from replicator.zk import ServiceNodes
@@ -83,3 +85,17 @@ class Group:
     def parallel(self) -> bool:
         """``channels: N`` with N > 1: the channels apply, the stream routes."""
         return self.channel_book.count > 1
+
+
+@dataclass
+class Session:
+    """One online session of a group as its stream sees it: the feed and its reader in
+    seqno order, where careful mode ends, and how many blocks the session committed."""
+
+    group: Group
+    feed: ThlFeed
+    reader: SeqnoReader
+    #: After a data error inside a multi-seqno block: commit seqno by seqno up to here.
+    careful_until: int
+    #: Blocks committed (any channel): a session that committed one made progress.
+    commits: int = 0

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from consumers.errors import DataError, EpochMismatch, TerminalError, TransientError
 from consumers.feed import ThlFeed
 from consumers.runtime.dispatch import ParallelStream
-from consumers.runtime.group import Group
+from consumers.runtime.group import Group, Session
 from consumers.runtime.handshake import Handshake
 from consumers.runtime.order import SeqnoOrder
 from consumers.runtime.shards import ChannelError
@@ -83,15 +83,11 @@ class Sessions:
 
     def _stream(self, feed: ThlFeed, start: int | None) -> None:
         """Stream from ``start``; a transient failure after a commit is ``Progressed``."""
-        reader = self._order.read(feed, start)
-        stream: SingleStream | ParallelStream
-        if self.group.parallel:
-            stream = ParallelStream(self.group, feed, reader, self._careful_until)
-        else:
-            stream = SingleStream(self.group, feed, reader, self._careful_until)
+        session = Session(self.group, feed, self._order.read(feed, start), self._careful_until)
+        stream = ParallelStream(session) if self.group.parallel else SingleStream(session)
         try:
             stream.run()
         except TransientError as exc:
-            if stream.commits:
+            if session.commits:
                 raise Progressed(exc) from exc
             raise

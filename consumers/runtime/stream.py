@@ -8,32 +8,25 @@ from __future__ import annotations
 
 import time
 
-from consumers.feed import ThlFeed
 from consumers.runtime.blocks import Block, BlockLoop, Fragment, Quiet
 from consumers.runtime.control import GoOffline
-from consumers.runtime.group import Group
-from consumers.runtime.order import SeqnoReader
+from consumers.runtime.group import Session
 from replicator.zk import ZkPosition
 
 
 class SingleStream(BlockLoop):
-    """One session's stream of a group with one channel, from where ``reader`` starts."""
+    """One session's stream of a group with one channel."""
 
     tick = 0.2
     due_between_seqnos = True
     patient_until_first_seqno = True
 
-    def __init__(self, group: Group, feed: ThlFeed, reader: SeqnoReader,
-                 careful_until: int) -> None:
+    def __init__(self, session: Session) -> None:
+        group = session.group
         super().__init__(group.name, group.applier, group.limits, group.prep.apply,
                          group.metrics.rows, group.control.check_lead)
+        self.session = session
         self.group = group
-        self.name = group.name
-        self.feed = feed
-        self.reader = reader
-        self.careful_until = careful_until
-        #: Blocks committed: a session that committed one made progress.
-        self.commits = 0
         #: Seqnos the operator asked to skip (as the session started).
         self.skips: set[int] = set()
 
@@ -49,17 +42,17 @@ class SingleStream(BlockLoop):
             raise GoOffline
 
     def receive(self, wait: float) -> Fragment | Quiet:
-        rec = self.reader.poll(wait)
+        rec = self.session.reader.poll(wait)
         if rec is None:
             return Quiet.NOTHING
-        event = self.reader.accept(rec)
+        event = self.session.reader.accept(rec)
         if event is None:
             return Quiet.HANDLED
         skip = event.seqno in self.skips
         # Alone: a statement the target commits by itself or a check (``isolates``), and
         # every seqno in careful mode.
         return Fragment(event, rec.offset, rec.size, skip=skip,
-                        alone=event.seqno <= self.careful_until or (
+                        alone=event.seqno <= self.session.careful_until or (
                             not skip and self.group.prep.isolates(event)))
 
     def quiet(self) -> None:
@@ -78,12 +71,12 @@ class SingleStream(BlockLoop):
         s.appliedLastEpoch = last.epoch
         s.appliedLatency = round(max(0.0, time.time() - last.tstamp / 1e6), 3)
         g.metrics.applied(len(block.positions), last.seqno, s.appliedLatency)
-        g.positions.mirror_position(f"consumers/{self.name}",
+        g.positions.mirror_position(f"consumers/{g.name}",
                                     ZkPosition(last.seqno, last.epoch, last.event_id,
                                                last.fragno, last.last_frag))
         if not g.applier.capabilities.owns_offsets:
-            self.feed.commit(last.offset + 1)
+            self.session.feed.commit(last.offset + 1)
         if block.skipped or g.control.skips_done:
             g.control.consume_skips(block.skipped)
-        self.commits += 1
+        self.session.commits += 1
         g.control.publish(force=False)
