@@ -102,8 +102,8 @@ class Capabilities:
     #: is reported unsupported for its group.
     checks: bool = False
     #: The applier can apply in parallel channels (``channels: N``,
-    #: ``consumers.channels.ChannelApplier``): one instance per channel, each with its own
-    #: connection, transaction and stored position; otherwise a group has one channel.
+    #: ``consumers.runtime.shards.ChannelApplier``): one instance per channel, each with its
+    #: own connection, transaction and stored position; otherwise a group has one channel.
     channels: bool = False
 
 

@@ -46,8 +46,8 @@ class GroupConfig(BaseModel):
     #: 0 retries forever.
     retry_limit_s: float = Field(0, ge=0)
     #: Parallel apply: channels applying the THL side by side, by shard (source schema),
-    #: each with its own connection and position (``consumers.channels``). Needs a target
-    #: that can (the SQL applier); 1 applies everything in one channel, in THL order.
+    #: each with its own connection and position (``consumers.runtime.shards``). Needs a
+    #: target that can (the SQL applier); 1 applies everything in one channel, in THL order.
     channels: int = Field(1, ge=1, le=64)
 
     def block_limits(self, defaults: BlockLimits) -> BlockLimits:

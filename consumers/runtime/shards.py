@@ -47,7 +47,7 @@ from consumers.position import Position
 from thl_topics.event import RowChange, Statement, ThlEvent
 from thl_topics.records import META_CHECK, META_PROVISION
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__package__)
 
 
 class ChannelError(TerminalError):

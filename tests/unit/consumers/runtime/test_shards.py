@@ -6,14 +6,14 @@ import zlib
 
 import pytest
 
-from consumers.channels import (
+from consumers.position import Position
+from consumers.runtime.shards import (
     CRITICAL_CHANNEL,
     ChannelError,
     ShardMap,
     plan_channels,
     shard_channel,
 )
-from consumers.position import Position
 from thl_topics.event import ColumnSpec, RowAction, RowChange, Statement, ThlEvent
 from thl_topics.records import META_CHECK, META_PROVISION
 

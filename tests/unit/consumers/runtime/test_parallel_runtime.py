@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from consumers.applier import StatementPolicy
-from consumers.channels import shard_channel
 from consumers.config import GroupConfig
 from consumers.errors import PositionConflict, TransientError
 from consumers.memory.applier import MemoryApplier, MemoryStore
 from consumers.memory.config import MemoryTarget
 from consumers.position import Position
 from consumers.runtime import ConsumerRuntime, FeedSettings
+from consumers.runtime.shards import shard_channel
 from replicator.config import ConfigError
 from thl_topics.event import ColumnSpec, RowAction, RowChange, Statement, ThlEvent
 from thl_topics.reader import ThlRecord

@@ -1,13 +1,13 @@
 """The channels of a parallel consumer group: one thread, one applier, one queue each.
 
-The runtime's stream thread reads the THL, routes each seqno (``consumers.channels``) and
-hands its fragments to a channel's queue; each channel runs blocks on its own applier (its
-own connection, transaction and ``trep_commit_seqno`` row) as the single-channel runtime
-does, and reports every commit back. The stream thread keeps every status, mirror and
-offset, so ZooKeeper and Kafka are only ever touched from one thread.
+The runtime's stream thread reads the THL, routes each seqno (``shards``, ``dispatch``)
+and hands its fragments to a channel's queue; each channel runs blocks on its own applier
+(its own connection, transaction and ``trep_commit_seqno`` row) in the block loop of the
+single stream (``blocks``), and reports every commit back. The stream thread keeps every
+status, mirror and offset, so ZooKeeper and Kafka are only ever touched from one thread.
 
-What a channel may write as its position (see ``consumers.channels``): the last seqno of
-its last committed block, or, when it is idle with nothing queued, the last seqno the
+What a channel may write as its position (see ``shards``): the last seqno of its last
+committed block, or, when it is idle with nothing queued, the last seqno the
 stream thread *passed* (``ChannelSet.passed``): every seqno routed to the channel up to
 that one was queued before it was passed, and an idle channel has committed all it was
 given. Queues are bounded, which also bounds how far one channel runs ahead of another.
@@ -23,29 +23,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from consumers.applier import Applier, BlockLimits
-from consumers.block import Block
-from consumers.errors import ConsumerError
 from consumers.position import Position
+from consumers.runtime.blocks import Block, BlockLoop, Fragment, Quiet
 from replicator import crashpoints
-from thl_topics.event import RowChange, ThlEvent
+from thl_topics.event import ThlEvent
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__package__)
 
 #: Seconds between looks at the stop flag while a thread waits on a queue.
 _TICK = 0.1
-
-
-@dataclass(frozen=True)
-class Fragment:
-    """One fragment of a seqno for a channel."""
-
-    event: ThlEvent
-    offset: int
-    size: int
-    #: The operator asked to skip this seqno: move past it without applying it.
-    skip: bool = False
-    #: Commit right after this seqno (critical, or careful mode after a data error).
-    alone: bool = False
 
 
 @dataclass(frozen=True)
@@ -84,17 +70,21 @@ class _Passed:
             self._position = position
 
 
-class ChannelWorker:
+class ChannelWorker(BlockLoop):
     """One channel: applies the fragments queued for it in blocks on its own applier."""
+
+    tick = _TICK
+    due_between_seqnos = False
+    patient_until_first_seqno = False
 
     def __init__(self, number: int, name: str, applier: Applier, limits: BlockLimits,
                  position: Position | None, passed: _Passed,
                  apply: Callable[[Applier, ThlEvent], None],
                  before_commit: Callable[[], None], report: Callable[[Committed], None],
                  count_rows: Callable[[ThlEvent], None], queue_size: int) -> None:
+        super().__init__(f"channel {number}", applier, limits, apply, count_rows,
+                         before_commit)
         self.number = number
-        self.applier = applier
-        self.limits = limits
         #: The channel's stored position (last committed).
         self.position = position
         self.queue: queue.Queue[Fragment | _Flush] = queue.Queue(maxsize=queue_size)
@@ -102,11 +92,10 @@ class ChannelWorker:
         self.events = 0
         self.state = "idle"
         self._passed = passed
-        self._apply = apply
-        self._before_commit = before_commit
         self._report = report
-        self._count_rows = count_rows
         self._stop = threading.Event()
+        #: Since when the channel has had no open block (or last synced its position).
+        self._idle_since = 0.0
         self.thread = threading.Thread(target=self._run, name=f"{name} channel {number}",
                                        daemon=True)
 
@@ -119,7 +108,8 @@ class ChannelWorker:
 
     def _run(self) -> None:
         try:
-            self._loop()
+            self._idle_since = time.monotonic()
+            self.run()
             self.state = "stopped"
         except BaseException as exc:
             self.failure = exc
@@ -127,99 +117,47 @@ class ChannelWorker:
         finally:
             self.applier.rollback()
 
-    def _loop(self) -> None:
-        block: Block | None = None
-        in_seqno: int | None = None
-        idle_since = time.monotonic()
-        block_s = self.limits.ms / 1000
-        idle = self.limits.idle
-        while not self._stop.is_set():
-            wait = _TICK if block is None else 0.0 if idle and in_seqno is None else max(
-                0.0, min(_TICK, block.opened + block_s - time.monotonic()))
-            try:
-                msg = self.queue.get(timeout=wait)
-            except queue.Empty:
-                if block is not None and in_seqno is None and (
-                        idle or time.monotonic() - block.opened >= block_s):
-                    self._commit(block)
-                    block, idle_since = None, time.monotonic()
-                elif block is None and self.position is not None and \
-                        time.monotonic() - idle_since >= block_s:
-                    # Idle for a block's time: bring the position up to what was passed.
-                    # Read it first, then find the queue empty: whatever was routed here
-                    # up to it was queued before it was passed, so it is all committed.
-                    # (A channel without a row leaves creating it to ChannelSet.drain:
-                    # concurrent first inserts deadlock on InnoDB's gap locks.)
-                    passed = self._passed.get()
-                    if self.queue.empty():
-                        self._sync(passed)
-                    idle_since = time.monotonic()
-                continue
-            if isinstance(msg, _Flush):
-                if in_seqno is not None:
-                    raise RuntimeError(f"channel {self.number}: flush inside seqno {in_seqno}")
-                self._commit(block)
-                block = None
-                self._sync(msg.sync)
-                idle_since = time.monotonic()
-                msg.done.set()
-                continue
-            event = msg.event
-            if in_seqno is None:
-                if block is not None and msg.alone:
-                    self._commit(block)
-                    block = None
-                if block is None:
-                    self.applier.begin()
-                    block = Block(opened=time.monotonic())
-                    self.state = "applying"
-                in_seqno = event.seqno
-            elif block is None:
-                raise RuntimeError(f"channel {self.number}: fragment {event.fragno} of seqno "
-                                   f"{event.seqno} outside a block")
-            if msg.skip:
-                if event.last_frag:
-                    block.skipped.append(event.seqno)
-                    log.warning("channel %d: skipped seqno %d (%s) as the operator asked: its "
-                                "data is not applied", self.number, event.seqno, event.event_id)
-            else:
-                self._apply(self.applier, event)
-            block.rows += sum(item.row_count for item in event.data
-                              if isinstance(item, RowChange))
-            block.bytes += msg.size
-            self._count_rows(event)
-            if not event.last_frag:
-                crashpoints.reached("apply-between-fragments")
-                continue
-            block.positions.append(Position.of(event, msg.offset))
-            in_seqno = None
-            if block.full(self.limits) or msg.alone:
-                self._commit(block)
-                block, idle_since = None, time.monotonic()
+    def running(self) -> bool:
+        return not self._stop.is_set()
 
-    def _commit(self, block: Block | None) -> None:
-        """Commit ``block`` (if any) with the position of its last seqno."""
-        if block is None:
-            return
-        if not block.positions:
-            self.applier.rollback()
-            self.state = "idle"
-            return
-        self._before_commit()
-        last = block.positions[-1]
+    def receive(self, wait: float) -> Fragment | Quiet:
         try:
-            self.applier.commit(last)
-        except ConsumerError as exc:
-            if exc.seqno < 0:
-                # Batched rows are sent at commit: the culprit is somewhere in the block;
-                # careful mode (one seqno per block) will pin it down.
-                exc.seqno, exc.event_id = last.seqno, last.event_id
-            raise
-        crashpoints.reached("apply-committed")
+            msg = self.queue.get(timeout=wait)
+        except queue.Empty:
+            return Quiet.NOTHING
+        if isinstance(msg, _Flush):
+            if self.in_seqno is not None:
+                raise RuntimeError(f"channel {self.number}: flush inside seqno {self.in_seqno}")
+            self.commit()
+            self._sync(msg.sync)
+            self._idle_since = time.monotonic()
+            msg.done.set()
+            return Quiet.HANDLED
+        return msg
+
+    def quiet(self) -> None:
+        if self.block is None and self.position is not None and \
+                time.monotonic() - self._idle_since >= self._block_s:
+            # Idle for a block's time: bring the position up to what was passed.
+            # Read it first, then find the queue empty: whatever was routed here
+            # up to it was queued before it was passed, so it is all committed.
+            # (A channel without a row leaves creating it to ChannelSet.drain:
+            # concurrent first inserts deadlock on InnoDB's gap locks.)
+            passed = self._passed.get()
+            if self.queue.empty():
+                self._sync(passed)
+            self._idle_since = time.monotonic()
+
+    def opened(self) -> None:
+        self.state = "applying"
+
+    def committed(self, block: Block) -> None:
+        last = block.positions[-1]
         self.position = last
         self.events += len(block.positions)
         self.state = "idle"
         self._report(Committed(self.number, last, len(block.positions), tuple(block.skipped)))
+        self._idle_since = time.monotonic()
 
     def _sync(self, target: Position | None) -> None:
         """Move the position (nothing else) up to ``target`` if it is below it."""
@@ -280,11 +218,14 @@ class ChannelSet:
 
     def put(self, channel: int, fragment: Fragment, tick: Callable[[], None]) -> None:
         """Queue a fragment (waits while the channel's queue is full)."""
-        worker = self.workers[channel]
+        self._put(self.workers[channel], fragment, tick)
+
+    def _put(self, worker: ChannelWorker, msg: Fragment | _Flush,
+             tick: Callable[[], None]) -> None:
         while True:
             self.check()
             try:
-                worker.queue.put(fragment, timeout=_TICK)
+                worker.queue.put(msg, timeout=_TICK)
                 return
             except queue.Full:
                 tick()
@@ -302,13 +243,7 @@ class ChannelSet:
         for w in self.workers:
             flush = _Flush(target)
             flushes.append(flush)
-            while True:
-                self.check()
-                try:
-                    w.queue.put(flush, timeout=_TICK)
-                    break
-                except queue.Full:
-                    tick()
+            self._put(w, flush, tick)
             if one_by_one:
                 self._wait(flush, tick)
         for flush in flushes:

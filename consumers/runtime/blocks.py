@@ -1,0 +1,210 @@
+"""The block loop: one loop applies fragments in blocks on one applier, for the single
+stream of a group (``stream``) and for each of its channels (``channel_workers``).
+
+A block is one target transaction of whole seqnos. The fragments of a seqno go into the
+open block (opened at the first fragment it gets); the block commits, with the position of
+its last seqno, on a seqno boundary: when it is full (the limits' events, rows or bytes),
+when its time (``ms``) is up, at once when nothing waits (``idle``), and before and after a
+seqno that must be applied alone (``Fragment.alone``).
+
+The loop's two users differ in where fragments come from (``receive``), in what they do
+between seqnos and while nothing comes, and in three points of timing, which each states
+as a class attribute: ``tick``, ``due_between_seqnos``, ``patient_until_first_seqno``.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from consumers.applier import Applier, BlockLimits
+from consumers.errors import ConsumerError
+from consumers.position import Position
+from replicator import crashpoints
+from thl_topics.event import RowChange, ThlEvent
+
+log = logging.getLogger(__package__)
+
+
+@dataclass
+class Block:
+    """The open block: positions of its whole seqnos, and what counts against its limits."""
+
+    positions: list[Position] = field(default_factory=list)
+    opened: float = 0.0
+    rows: int = 0
+    bytes: int = 0
+    skipped: list[int] = field(default_factory=list)
+
+    def full(self, limits: BlockLimits) -> bool:
+        """True once any of ``limits`` is reached."""
+        return len(self.positions) >= limits.events \
+            or (limits.rows is not None and self.rows >= limits.rows) \
+            or (limits.bytes is not None and self.bytes >= limits.bytes)
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """One fragment of a seqno for a block loop."""
+
+    event: ThlEvent
+    offset: int
+    size: int
+    #: The operator asked to skip this seqno: move past it without applying it.
+    skip: bool = False
+    #: Apply this seqno in a block of its own: commit what the block holds before it and
+    #: commit right after it (critical, isolated, or careful mode after a data error).
+    alone: bool = False
+
+
+class Quiet(enum.Enum):
+    """What ``BlockLoop.receive`` gives when it has no fragment to apply."""
+
+    #: Nothing came within the wait.
+    NOTHING = "nothing"
+    #: Something came and was dealt with (a record applied before, a flush).
+    HANDLED = "handled"
+
+
+class BlockLoop:
+    """Applies fragments in blocks on ``applier`` while ``running()``; ``who`` names the
+    loop in its messages. Every fragment goes through ``apply`` (or is skipped) and
+    ``count_rows``; every commit comes after ``before_commit``, which may raise to stop it."""
+
+    #: Seconds of the longest wait for a fragment.
+    tick: float
+    #: True: a block whose time is up commits at the next seqno boundary however busy the
+    #: source is; False: only once nothing comes within a wait.
+    due_between_seqnos: bool
+    #: True: while the open block holds no whole seqno yet, the loop waits a whole tick
+    #: for the next fragment; False: only until the block's time is up.
+    patient_until_first_seqno: bool
+
+    def __init__(self, who: str, applier: Applier, limits: BlockLimits,
+                 apply: Callable[[Applier, ThlEvent], None],
+                 count_rows: Callable[[ThlEvent], None],
+                 before_commit: Callable[[], None]) -> None:
+        self.who = who
+        self.applier = applier
+        self.limits = limits
+        self._apply = apply
+        self._count_rows = count_rows
+        self._before_commit = before_commit
+        self._block_s = limits.ms / 1000
+        #: The open block (None: no transaction begun).
+        self.block: Block | None = None
+        #: The seqno whose fragments are going in (None: on a seqno boundary).
+        self.in_seqno: int | None = None
+
+    # -- what the users of the loop say ----------------------------------------------------
+
+    def running(self) -> bool:
+        return True
+
+    def between_seqnos(self) -> None:
+        """On a seqno boundary, before the next fragment is awaited (may commit, raise)."""
+
+    def receive(self, wait: float) -> Fragment | Quiet:
+        """The next fragment, waiting at most ``wait`` seconds for it."""
+        raise NotImplementedError
+
+    def quiet(self) -> None:
+        """Nothing came within a wait, and no block was committed for it."""
+
+    def opened(self) -> None:
+        """A block was opened (its transaction begun)."""
+
+    def committed(self, block: Block) -> None:
+        """``block`` was committed with the position of its last seqno."""
+        raise NotImplementedError
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        while self.running():
+            if self.in_seqno is None:
+                self.between_seqnos()
+                if self.due_between_seqnos and self._due():
+                    self.commit()
+            got = self.receive(self._wait())
+            if isinstance(got, Fragment):
+                self._add(got)
+            elif got is Quiet.NOTHING:
+                if self.block is not None and self.in_seqno is None and (
+                        self.limits.idle or (not self.due_between_seqnos and self._due())):
+                    self.commit()  # nothing waits: the block need not wait either
+                else:
+                    self.quiet()
+
+    def _wait(self) -> float:
+        """How long to wait for the next fragment: a tick at most, no longer than the open
+        block has left, not at all where an idle block commits on a seqno boundary."""
+        block = self.block
+        if block is None or (self.patient_until_first_seqno and not block.positions):
+            return self.tick
+        if self.limits.idle and self.in_seqno is None:
+            return 0.0
+        return max(0.0, min(self.tick, block.opened + self._block_s - time.monotonic()))
+
+    def _due(self) -> bool:
+        """The open block's time is up."""
+        return self.block is not None and \
+            time.monotonic() - self.block.opened >= self._block_s
+
+    def _add(self, fragment: Fragment) -> None:
+        """One fragment into the open block (opened at a seqno's first fragment, after a
+        commit of what the block held if the seqno goes alone)."""
+        event = fragment.event
+        if self.in_seqno is None:
+            if self.block is not None and fragment.alone:
+                self.commit()
+            if self.block is None:
+                self.applier.begin()
+                self.block = Block(opened=time.monotonic())
+                self.opened()
+            self.in_seqno = event.seqno
+        elif self.block is None:
+            raise RuntimeError(f"{self.who}: fragment {event.fragno} of seqno "
+                               f"{event.seqno} outside a block")
+        block = self.block
+        if fragment.skip:
+            if event.last_frag:
+                block.skipped.append(event.seqno)
+                log.warning("%s: skipped seqno %d (%s) as the operator asked: its data is "
+                            "not applied", self.who, event.seqno, event.event_id)
+        else:
+            self._apply(self.applier, event)
+        block.rows += sum(item.row_count for item in event.data
+                          if isinstance(item, RowChange))
+        block.bytes += fragment.size
+        self._count_rows(event)
+        if not event.last_frag:
+            crashpoints.reached("apply-between-fragments")
+            return
+        block.positions.append(Position.of(event, fragment.offset))
+        self.in_seqno = None
+        if block.full(self.limits) or fragment.alone:
+            self.commit()
+
+    def commit(self) -> None:
+        """Commit the open block (if it holds a whole seqno) with its last seqno's position."""
+        block = self.block
+        if block is None or not block.positions:
+            return
+        # Another process may hold the lock by now: its work, not this block, counts.
+        self._before_commit()
+        last = block.positions[-1]
+        try:
+            self.applier.commit(last)
+        except ConsumerError as exc:
+            if exc.seqno < 0:
+                # Batched rows are sent at commit: the culprit is somewhere in the block;
+                # careful mode (one seqno per block) will pin it down.
+                exc.seqno, exc.event_id = last.seqno, last.event_id
+            raise
+        crashpoints.reached("apply-committed")
+        self.committed(block)
+        self.block = None

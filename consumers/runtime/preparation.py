@@ -1,0 +1,120 @@
+"""Each fragment as the group's target gets it: the group's filters run, heartbeat rows
+become ``Heartbeat`` records, statements follow the applier's policy, keyless tables are
+refused where the applier cannot address their rows, and a check event is checked rather
+than applied (``checks``).
+
+Both the single stream and every channel apply fragments through ``Preparation.apply``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from consumers.applier import Applier, StatementPolicy
+from consumers.check import check_of
+from consumers.errors import ConsumerError, DataError
+from consumers.heartbeat import HEARTBEAT_TABLE, Heartbeat, heartbeats
+from consumers.runtime.checks import RangeChecks
+from replicator.filters import FilterChain, FilterError, ReplicateFilter
+from replicator.sql_names import is_transactional
+from thl_topics.event import DataItem, RowChange, Statement, ThlEvent
+from thl_topics.records import META_CHECK
+
+
+class Preparation:
+    """What of each event one group's target gets, and how a fragment reaches its block.
+
+    ``applier``: the group's (channel 0's), whose capabilities and name every channel
+    shares; ``tracking_schema``: ``tungsten_<service>``, whose rows are the replicator's.
+    """
+
+    def __init__(self, replicate: ReplicateFilter, chain: FilterChain, tracking_schema: str,
+                 applier: Applier, checks: RangeChecks) -> None:
+        self.filter = replicate
+        self.chain = chain
+        self.tracking_schema = tracking_schema
+        self.applier = applier
+        self.capabilities = applier.capabilities
+        self.checks = checks
+
+    def apply(self, applier: Applier, event: ThlEvent) -> None:
+        """One fragment into the open block of ``applier`` (the group's; with channels, the
+        channel's), with the seqno on any error it raises."""
+        check = check_of(event)
+        if check is not None:
+            self.checks.check(check, event, applier)
+            return
+        try:
+            prepared, beats = self.prepare(event)
+            if prepared.data:
+                applier.apply(prepared)
+            for beat in beats:
+                applier.heartbeat(beat)
+        except ConsumerError as exc:
+            if exc.seqno < 0:
+                exc.seqno, exc.event_id = event.seqno, event.event_id
+            raise
+
+    def prepare(self, event: ThlEvent) -> tuple[ThlEvent, list[Heartbeat]]:
+        """What of ``event`` this target gets, and the heartbeats it carries.
+
+        In order: the replicator's own rows come out (heartbeats are kept aside), the
+        group's replicate/ignore filter, its filter chain, then what the applier declared:
+        its statement policy and whether it takes tables without a key (a pkey filter in
+        the chain may have given them one).
+        """
+        kept: list[DataItem] = []
+        beats: list[Heartbeat] = []
+        for item in event.data:
+            if isinstance(item, RowChange):
+                if item.schema == self.tracking_schema:
+                    if item.table == HEARTBEAT_TABLE:
+                        beats.extend(heartbeats(item, event.seqno, event.event_id))
+                    continue  # the replicator's own bookkeeping, never data
+                if self.filter.keeps(item.schema, item.table):
+                    kept.append(item)
+            elif self.filter.keeps_item(item):
+                kept.append(item)
+        if len(kept) != len(event.data):
+            event = replace(event, data=kept)
+        if self.chain and event.data:
+            try:
+                filtered = self.chain(event)
+            except FilterError as exc:
+                raise DataError(str(exc), seqno=event.seqno, event_id=event.event_id) from exc
+            event = filtered if filtered is not None else replace(event, data=[])
+        if any(not self._admits(item, event) for item in event.data):
+            event = replace(event, data=[i for i in event.data if self._admits(i, event)])
+        return event, beats
+
+    def _admits(self, item: DataItem, event: ThlEvent) -> bool:
+        """Whether the applier gets ``item`` (DataError where it declared it cannot take it)."""
+        if isinstance(item, RowChange):
+            if not self.capabilities.keyless_tables and not any(
+                    c.primary_key for c in item.column_specs or item.key_specs):
+                raise DataError(
+                    f"table {item.schema}.{item.table} has no primary key and "
+                    f"{self.applier.target} cannot address its rows (seqno {event.seqno}); "
+                    "add a key on the source or with a pkey filter, filter the table out of "
+                    "this group, or skip the seqno", seqno=event.seqno,
+                    event_id=event.event_id)
+            return True
+        policy = self.capabilities.statements
+        if policy is StatementPolicy.APPLY:
+            return True
+        if policy is StatementPolicy.ERROR:
+            raise DataError(
+                f"seqno {event.seqno} holds a statement event, which {self.applier.target} "
+                f"does not run: {item.sql[:200]!r}. Set this target's `statements: skip` to "
+                "leave statements out, or skip the seqno.", seqno=event.seqno,
+                event_id=event.event_id)
+        return False
+
+    def isolates(self, event: ThlEvent) -> bool:
+        """A statement the target commits by itself (DDL) is applied in a block of its own,
+        and so is a check: it must see every earlier seqno committed."""
+        if META_CHECK in event.metadata:
+            return True
+        return self.capabilities.statements is StatementPolicy.APPLY and any(
+            isinstance(item, Statement) and not is_transactional(item.sql)
+            for item in event.data)
