@@ -16,6 +16,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import psycopg
+import sqlalchemy as sa
+
 #: A parameter of a compiled statement: ``%(name)s`` (named) or ``%s`` (positional).
 _PARAM = re.compile(r"%\((\w+)\)s|%s|%%")
 
@@ -118,3 +121,12 @@ def _one_by_one(cursor: Any) -> Literal:
     def literal(value: object) -> str:
         return mogrify("%s", (value,))
     return literal
+
+
+def client_cursor(conn: sa.Connection, dialect: str) -> Any:
+    """A cursor of ``conn`` that binds on the client (``mogrify``) and reads several results
+    (the driver's: psycopg's ``ClientCursor`` on PostgreSQL, PyMySQL's cursor)."""
+    raw = conn.connection.dbapi_connection
+    if dialect == "postgresql":
+        return psycopg.ClientCursor(raw)  # type: ignore[call-overload]
+    return raw.cursor()  # type: ignore[union-attr]
