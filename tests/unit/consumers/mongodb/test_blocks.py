@@ -27,7 +27,7 @@ from consumers.registry import ApplierContext
 from replicator.config import ServiceSettings
 from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent, ThlValue
 
-from .test_mongodb_server import FERRETDB_BUILD_INFO, FERRETDB_HELLO
+from .test_server import FERRETDB_BUILD_INFO, FERRETDB_HELLO
 
 NS = Namespace("shop", "items")
 ITEMS = [ColumnSpec(1, "id", "INT", primary_key=True), ColumnSpec(2, "name", "VARCHAR", 40)]
