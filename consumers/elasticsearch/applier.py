@@ -63,6 +63,7 @@ from consumers.check import CheckRange, CheckResult
 from consumers.elasticsearch import readback
 from consumers.elasticsearch.bulk import BulkSender, Write
 from consumers.elasticsearch.config import ElasticsearchTarget
+from consumers.elasticsearch.context import TargetContext
 from consumers.elasticsearch.documents import BlockDocuments, Counted
 from consumers.elasticsearch.errors import request_error
 from consumers.elasticsearch.indices import IndexMappings, TableIndex, column_layout
@@ -107,11 +108,12 @@ class ElasticsearchApplier:
             # Bulk requests want thousands of documents; the position write is per block.
             block=BlockLimits(events=500, rows=10_000, ms=1000), checks=True)
         self._es: Elasticsearch | None = None
-        self._tracking = TrackingIndex(cfg, self.service, ctx.group,
-                                       ctx.tracking_schema.lower(), self.target,
-                                       lambda: self.es)
-        self._mappings = IndexMappings(cfg, self.service, self.target, lambda: self.es)
-        self._bulk = BulkSender(cfg, self.target, lambda: self.es, self._forget_table)
+        # The parts of the applier, each on its client (``es``).
+        cluster = TargetContext(cfg, self.target, lambda: self.es)
+        self._tracking = TrackingIndex(cluster, self.service, ctx.group,
+                                       ctx.tracking_schema.lower())
+        self._mappings = IndexMappings(cluster, self.service)
+        self._bulk = BulkSender(cluster, self._forget_table)
         self._tables: dict[tuple[str, str], TableIndex] = {}
         #: Which table each index holds, to refuse a second table on one index.
         self._owners = IndexOwners()

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from elasticsearch import ApiError, Elasticsearch, TransportError
+from elasticsearch import ApiError, TransportError
 
-from consumers.elasticsearch.config import ElasticsearchTarget
+from consumers.elasticsearch.context import TargetContext
 from consumers.elasticsearch.errors import (
     Outcome,
     classify_item,
@@ -64,18 +64,10 @@ class _TooLarge(Exception):
 class BulkSender:
     """Sends document writes to one cluster in bulk requests."""
 
-    def __init__(self, cfg: ElasticsearchTarget, target: str,
-                 client: Callable[[], Elasticsearch],
-                 forget: Callable[[TableIndex], None]) -> None:
-        self.cfg = cfg
-        self.target = target
-        self._client = client
+    def __init__(self, ctx: TargetContext, forget: Callable[[TableIndex], None]) -> None:
+        self.ctx = ctx
         #: Called with a table whose index went away: it is opened (created) again.
         self._forget = forget
-
-    @property
-    def es(self) -> Elasticsearch:
-        return self._client()
 
     def send(self, writes: list[Write]) -> None:
         """Bulk requests of ``bulk_max_bytes`` at most, one at a time; overloaded items
@@ -83,7 +75,7 @@ class BulkSender:
         chunk: list[Write] = []
         size = 0
         for write in writes:
-            if chunk and size + len(write.lines) > self.cfg.bulk_max_bytes:
+            if chunk and size + len(write.lines) > self.ctx.cfg.bulk_max_bytes:
                 self._send_chunk(chunk)
                 chunk, size = [], 0
             chunk.append(write)
@@ -122,13 +114,13 @@ class BulkSender:
                 elif outcome is Outcome.MISSING_INDEX:
                     self._forget(write.table)
                     raise TransientError(
-                        f"{self.target}: index {write.table.index} (table "
+                        f"{self.ctx.target}: index {write.table.index} (table "
                         f"{write.table.qualified}) disappeared while this group applied it: "
                         f"{reason(result)}; recreating it from seqno {write.seqno}",
                         seqno=write.seqno)
                 else:
                     raise TransientError(
-                        f"{self.target}: document {write.doc_id} of {write.table.index} "
+                        f"{self.ctx.target}: document {write.doc_id} of {write.table.index} "
                         f"changed between its read and its write ({reason(result)}); "
                         "applying the block again", seqno=write.seqno)
             if refused:
@@ -136,13 +128,13 @@ class BulkSender:
             if not retry:
                 return
             attempt += 1
-            if attempt > self.cfg.bulk_retries:
+            if attempt > self.ctx.cfg.bulk_retries:
                 raise TransientError(
-                    f"{self.target}: {len(retry)} document(s) still refused as overload "
+                    f"{self.ctx.target}: {len(retry)} document(s) still refused as overload "
                     f"after {attempt} attempts (429/503); retrying the block from the stored "
                     "position", seqno=min(w.seqno for w in retry))
             wait = min(0.25 * 2 ** attempt, 10.0)
-            log.info("%s: %d document(s) refused as overload; again in %.1f s", self.target,
+            log.info("%s: %d document(s) refused as overload; again in %.1f s", self.ctx.target,
                      len(retry), wait)
             time.sleep(wait)
             chunk = retry
@@ -153,14 +145,14 @@ class BulkSender:
         try:
             # Serialized here (one json.dumps per document, collapsed first): the client
             # passes bytes through as NDJSON, although its signature only names mappings.
-            answer: dict[str, Any] = self.es.bulk(
+            answer: dict[str, Any] = self.ctx.es.bulk(
                 operations=body,  # type: ignore[arg-type]
                 filter_path=BULK_FILTER).body
         except (ApiError, TransportError) as exc:
             limit = size_limit(exc) if sized else None
             if limit is not None:
                 raise _TooLarge(*limit) from exc
-            raise request_error(exc, self.target, doing, seqno=seqno) from exc
+            raise request_error(exc, self.ctx.target, doing, seqno=seqno) from exc
         return answer
 
     def _too_large(self, write: Write, limit: int, setting: str) -> DataError:
@@ -174,13 +166,13 @@ class BulkSender:
                         write.table.qualified, write.seqno, len(write.lines), column,
                         f"the {mib(limit)} Elasticsearch takes in one request ({setting})",
                         "give the cluster more heap or raise that setting")
-        return DataError(f"{self.target}: {why}", seqno=write.seqno)
+        return DataError(f"{self.ctx.target}: {why}", seqno=write.seqno)
 
     def _refused(self, refused: tuple[Write, dict[str, Any]]) -> DataError:
         write, result = refused
         column = refused_column(result)
         where = f", column {column}" if column else ""
         return DataError(
-            f"{self.target}: index {write.table.index} refused document {write.doc_id} of "
+            f"{self.ctx.target}: index {write.table.index} refused document {write.doc_id} of "
             f"seqno {write.seqno} (table {write.table.qualified}{where}): {reason(result)}. "
             "Fix the mapping or the data, or skip the seqno", seqno=write.seqno)

@@ -93,7 +93,7 @@ class BlockDocuments:
                 if old_id != new_id:
                     # A delete, or an UPDATE that changed the key: the old id goes.
                     self.delete(table, old_id, event, version,
-                                 {before.names[i]: old[i] for i in before_key}, extra)
+                                {before.names[i]: old[i] for i in before_key}, extra)
             if values is not None and new_id is not None and after is not None:
                 doc = dict(zip(after.names, values, strict=True))
                 if extra:

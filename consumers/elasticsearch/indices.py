@@ -11,13 +11,12 @@ the table that owns the index. An existing field keeps its type.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, TransportError
 
-from consumers.elasticsearch.config import ElasticsearchTarget
+from consumers.elasticsearch.context import TargetContext
 from consumers.elasticsearch.errors import error_kind, reason, refused_column, request_error
 from consumers.elasticsearch.naming import IndexCollision
 from consumers.elasticsearch.types import (
@@ -86,34 +85,27 @@ def wait_for_primary(es: Elasticsearch, index: str, target: str) -> None:
 class IndexMappings:
     """Creates the indices of source tables and keeps their mappings in line."""
 
-    def __init__(self, cfg: ElasticsearchTarget, service: str, target: str,
-                 client: Callable[[], Elasticsearch]) -> None:
-        self.cfg = cfg
+    def __init__(self, ctx: TargetContext, service: str) -> None:
+        self.ctx = ctx
         self.service = service
-        self.target = target
-        self._client = client
-        self.tombstones = cfg.deletes == "tombstone"
+        self.tombstones = ctx.cfg.deletes == "tombstone"
         #: What the cluster maps (``detect_features`` once connected).
         self.features = Features()
-
-    @property
-    def es(self) -> Elasticsearch:
-        return self._client()
 
     def detect_features(self) -> Features:
         """The mapping types the cluster offers, unless the target's settings say."""
         wanted = {"yes": True, "no": False}
-        unsigned = wanted.get(self.cfg.unsigned_long)
-        scaled = wanted.get(self.cfg.scaled_float)
+        unsigned = wanted.get(self.ctx.cfg.unsigned_long)
+        scaled = wanted.get(self.ctx.cfg.scaled_float)
         if unsigned is None or scaled is None:
             try:
-                nodes = self.es.nodes.info(metric="plugins",
-                                           filter_path="nodes.*.modules.name").body
+                nodes = self.ctx.es.nodes.info(metric="plugins",
+                                               filter_path="nodes.*.modules.name").body
             except ApiError as exc:
                 if exc.status_code not in (401, 403):
                     raise
                 log.warning("%s: cannot list the nodes' modules (%s): mapping BIGINT "
-                            "UNSIGNED and DECIMAL to double", self.target, exc.status_code)
+                            "UNSIGNED and DECIMAL to double", self.ctx.target, exc.status_code)
                 nodes = {}
             sets = [{m["name"] for m in node.get("modules", [])}
                     for node in nodes.get("nodes", {}).values()]
@@ -126,7 +118,7 @@ class IndexMappings:
 
     def _meta(self, table: TableIndex) -> dict[str, Any]:
         return {"tungsten": {"service": self.service, "schema": table.schema,
-                             "table": table.table, "deletes": self.cfg.deletes,
+                             "table": table.table, "deletes": self.ctx.cfg.deletes,
                              "columns": list(table.columns.values())}}
 
     def create_or_read(self, table: TableIndex, specs: list[ColumnSpec], seqno: int) -> None:
@@ -134,21 +126,21 @@ class IndexMappings:
         the index that is there (it must be this table's) and add what it lacks."""
         self._check_names(table, specs, seqno)
         properties: dict[str, dict[str, Any]] = {
-            **INTERNAL_FIELDS, **{f: DOCUMENT_FIELDS[f] for f in self.cfg.document_fields},
+            **INTERNAL_FIELDS, **{f: DOCUMENT_FIELDS[f] for f in self.ctx.cfg.document_fields},
             **{s.name: field_mapping(s, self.features) for s in specs}}
         table.columns = {s.name: s.to_avro() for s in specs}
         body: dict[str, Any] = {"dynamic": "strict", "_meta": self._meta(table),
                                 "properties": properties}
-        settings = self.cfg.index_settings or None
+        settings = self.ctx.cfg.index_settings or None
         aliases = ({table.name: {"filter": {"bool": {"must_not": {"term": {DELETED: True}}}}}}
                    if self.tombstones else None)
         try:
-            self.es.indices.create(index=table.index, mappings=body, settings=settings,
-                                   aliases=aliases)
-            wait_for_primary(self.es, table.index, self.target)
+            self.ctx.es.indices.create(index=table.index, mappings=body, settings=settings,
+                                       aliases=aliases)
+            wait_for_primary(self.ctx.es, table.index, self.ctx.target)
             table.fields = set(properties)
             table.layouts.add(column_layout(specs))
-            log.info("%s: created index %s for table %s", self.target, table.index,
+            log.info("%s: created index %s for table %s", self.ctx.target, table.index,
                      table.qualified)
             return
         except ApiError as exc:
@@ -158,7 +150,7 @@ class IndexMappings:
                     raise self._refused(table, exc, seqno) from exc
                 raise
         # The index exists: it must be this table's, and it keeps the mapping it has.
-        found = self.es.indices.get_mapping(index=table.index).body
+        found = self.ctx.es.indices.get_mapping(index=table.index).body
         mapping = next(iter(found.values()))["mappings"]
         meta = (mapping.get("_meta") or {}).get("tungsten") or {}
         owner = (meta.get("service"), meta.get("schema"), meta.get("table"))
@@ -166,27 +158,27 @@ class IndexMappings:
                 owner[1:] != (table.schema, table.table):
             collision = IndexCollision(table.index, (str(owner[1]), str(owner[2])),
                                        (table.schema, table.table))
-            raise DataError(f"{self.target}: {collision} (seqno {seqno})", seqno=seqno)
+            raise DataError(f"{self.ctx.target}: {collision} (seqno {seqno})", seqno=seqno)
         if owner != (self.service, table.schema, table.table):
             what = (f"table {owner[1]}.{owner[2]} of service {owner[0]}" if meta.get("table")
                     else "documents the replicator did not write")
             raise DataError(
-                f"{self.target}: index {table.index} already holds {what}, not table "
+                f"{self.ctx.target}: index {table.index} already holds {what}, not table "
                 f"{table.qualified} of service {self.service}; give {table.qualified} its "
                 f"own name in the target's `indices` (seqno {seqno})", seqno=seqno)
         table.fields = set(mapping.get("properties", {}))
         table.columns = {c["name"]: c for c in meta.get("columns", [])}
         if self.tombstones:
-            self.es.indices.put_alias(index=table.index, name=table.name, filter={
+            self.ctx.es.indices.put_alias(index=table.index, name=table.name, filter={
                 "bool": {"must_not": {"term": {DELETED: True}}}})
         self.update(table, specs, seqno)
 
     def _check_names(self, table: TableIndex, specs: list[ColumnSpec], seqno: int) -> None:
-        reserved = set(INTERNAL_FIELDS) | set(self.cfg.document_fields)
+        reserved = set(INTERNAL_FIELDS) | set(self.ctx.cfg.document_fields)
         for spec in specs:
             if spec.name in reserved:
                 raise DataError(
-                    f"{self.target}: column {spec.name} of table {table.qualified} has the "
+                    f"{self.ctx.target}: column {spec.name} of table {table.qualified} has the "
                     "name of a field the replicator adds to every document (seqno "
                     f"{seqno}); drop that document field from the target's "
                     "`document_fields`, or rename the column with a filter", seqno=seqno)
@@ -202,18 +194,18 @@ class IndexMappings:
         if new or columns != table.columns:
             table.columns = columns
             try:
-                self.es.indices.put_mapping(index=table.index, properties=new or None,
-                                            meta=self._meta(table))
+                self.ctx.es.indices.put_mapping(index=table.index, properties=new or None,
+                                                meta=self._meta(table))
             except ApiError as exc:
                 if exc.status_code == 400:
                     raise self._refused(table, exc, seqno) from exc
-                raise request_error(exc, self.target, f"updating the mapping of "
+                raise request_error(exc, self.ctx.target, f"updating the mapping of "
                                     f"{table.index}", seqno=seqno) from exc
             except TransportError as exc:
-                raise request_error(exc, self.target, f"updating the mapping of "
+                raise request_error(exc, self.ctx.target, f"updating the mapping of "
                                     f"{table.index}", seqno=seqno) from exc
             if new:
-                log.info("%s: index %s: new field(s) %s", self.target, table.index,
+                log.info("%s: index %s: new field(s) %s", self.ctx.target, table.index,
                          ", ".join(new))
             table.fields |= set(new)
         table.layouts.add(column_layout(specs))
@@ -223,6 +215,6 @@ class IndexMappings:
         column = refused_column(body)
         where = f", column {column}" if column else ""
         return DataError(
-            f"{self.target}: index {table.index} (table {table.qualified}{where}) refuses "
+            f"{self.ctx.target}: index {table.index} (table {table.qualified}{where}) refuses "
             f"the mapping of seqno {seqno}: {reason(body)}. Rename the column with a "
             "filter or create the index yourself, or skip the seqno", seqno=seqno)

@@ -11,13 +11,12 @@ is none), so a second writer of the group gets a PositionConflict instead of mov
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
 from typing import Any
 
-from elasticsearch import ApiError, Elasticsearch, TransportError
+from elasticsearch import ApiError, TransportError
 
 from consumers.check import CheckResult
-from consumers.elasticsearch.config import ElasticsearchTarget
+from consumers.elasticsearch.context import TargetContext
 from consumers.elasticsearch.errors import error_kind, request_error
 from consumers.elasticsearch.indices import wait_for_primary
 from consumers.elasticsearch.types import dumps, iso
@@ -48,42 +47,35 @@ Expected = tuple[int, int] | None
 class TrackingIndex:
     """One group's documents in the tracking index."""
 
-    def __init__(self, cfg: ElasticsearchTarget, service: str, group: str, index: str,
-                 target: str, client: Callable[[], Elasticsearch]) -> None:
-        self.cfg = cfg
+    def __init__(self, ctx: TargetContext, service: str, group: str, index: str) -> None:
+        self.ctx = ctx
         self.service = service
         self.group = group
         self.index = index
         self.position_id = f"trep_commit_seqno:{group}:0"
-        self.target = target
-        self._client = client
-
-    @property
-    def es(self) -> Elasticsearch:
-        return self._client()
 
     def create(self) -> None:
         """Create the tracking index, or add the fields an older one lacks; then wait for it."""
         try:
-            self.es.indices.create(index=self.index, mappings={
+            self.ctx.es.indices.create(index=self.index, mappings={
                 **TRACKING_MAPPING, "_meta": {"tungsten": {"tracking": self.service}}},
-                settings=self.cfg.index_settings or None)
+                settings=self.ctx.cfg.index_settings or None)
         except ApiError as exc:
             if error_kind(exc) != "resource_already_exists_exception":
                 raise
             # An index made by an earlier version: add the fields it lacks (a no-op else).
-            self.es.indices.put_mapping(index=self.index,
-                                        properties=TRACKING_MAPPING["properties"])
-        wait_for_primary(self.es, self.index, self.target)
+            self.ctx.es.indices.put_mapping(index=self.index,
+                                            properties=TRACKING_MAPPING["properties"])
+        wait_for_primary(self.ctx.es, self.index, self.ctx.target)
 
     def read(self) -> tuple[Position | None, Expected]:
         """The stored position, and its document's (_seq_no, _primary_term) to write it
         back against."""
         try:
-            found = self.es.options(ignore_status=404).get(
+            found = self.ctx.es.options(ignore_status=404).get(
                 index=self.index, id=self.position_id).body
         except (ApiError, TransportError) as exc:
-            raise request_error(exc, self.target, "reading the position") from exc
+            raise request_error(exc, self.ctx.target, "reading the position") from exc
         if not found.get("found"):
             return None, None
         doc = found["_source"]
@@ -96,10 +88,10 @@ class TrackingIndex:
     def clear(self) -> None:
         """Delete the group's position document."""
         try:
-            self.es.options(ignore_status=404).delete(index=self.index, id=self.position_id,
-                                                      refresh=False)
+            self.ctx.es.options(ignore_status=404).delete(index=self.index, id=self.position_id,
+                                                          refresh=False)
         except (ApiError, TransportError) as exc:
-            raise request_error(exc, self.target, "clearing the position") from exc
+            raise request_error(exc, self.ctx.target, "clearing the position") from exc
 
     def write(self, position: Position, expected: Expected) -> Expected:
         """Write ``position`` if the stored one is still ``expected`` (compare-and-set);
@@ -116,15 +108,15 @@ class TrackingIndex:
         guard: dict[str, Any] = ({"op_type": "create"} if expected is None else
                                  {"if_seq_no": expected[0], "if_primary_term": expected[1]})
         try:
-            done = self.es.index(index=self.index, id=self.position_id,
-                                 document=doc, **guard).body
+            done = self.ctx.es.index(index=self.index, id=self.position_id,
+                                     document=doc, **guard).body
         except ApiError as exc:
             if exc.status_code != 409:
-                raise request_error(exc, self.target, f"writing the position {position.seqno}",
+                raise request_error(exc, self.ctx.target, f"writing the position {position.seqno}",
                                     seqno=position.seqno) from exc
             return self._conflicting(position)
         except TransportError as exc:
-            raise request_error(exc, self.target, f"writing the position {position.seqno}",
+            raise request_error(exc, self.ctx.target, f"writing the position {position.seqno}",
                                 seqno=position.seqno) from exc
         return done["_seq_no"], done["_primary_term"]
 
@@ -138,7 +130,7 @@ class TrackingIndex:
                 position.seqno, position.epoch, position.event_id):
             return expected  # the first attempt went through: its _seq_no is read back
         raise PositionConflict(
-            f"{self.target}: the position document {self.index}/{self.position_id} "
+            f"{self.ctx.target}: the position document {self.index}/{self.position_id} "
             f"moved under this consumer (now at seqno "
             f"{stored.seqno if stored else 'none'}): another process applies the same "
             "consumer group to this cluster. This block's documents are seqno-guarded and "
@@ -162,11 +154,11 @@ class TrackingIndex:
         doc = {"kind": "check", "group": self.group, "seqno": result.seqno,
                "check": result.to_json()}
         try:
-            self.es.index(index=self.index, document=doc,
-                          id=f"check:{self.group}:{result.schema}.{result.table}:"
-                             f"{result.range}")
+            self.ctx.es.index(index=self.index, document=doc,
+                              id=f"check:{self.group}:{result.schema}.{result.table}:"
+                                 f"{result.range}")
         except ApiError as exc:
             kind = TransientError if exc.meta.status in (429, 503) else DataError
-            raise kind(f"{self.target}: recording a check: {exc}") from exc
+            raise kind(f"{self.ctx.target}: recording a check: {exc}") from exc
         except TransportError as exc:
-            raise TransientError(f"{self.target}: recording a check: {exc}") from exc
+            raise TransientError(f"{self.ctx.target}: recording a check: {exc}") from exc

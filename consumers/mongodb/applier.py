@@ -61,6 +61,7 @@ from consumers.mongodb.blocks import (
     key_of,
 )
 from consumers.mongodb.config import MongoTarget
+from consumers.mongodb.context import TargetContext
 from consumers.mongodb.errors import classified, classify, data_error
 from consumers.mongodb.layouts import Layout, Layouts
 from consumers.mongodb.naming import Namespace
@@ -107,11 +108,11 @@ class MongoApplier:
         self._client: MongoClient[RawDoc] | None = None
         self.traits: ServerTraits | None = None
         self._transactions = False
-        self._layouts = Layouts(cfg, self.service, self.target, lambda: self.server)
-        self._tracking = MongoTracking(self.tracking_db, self.group, self.target,
-                                       lambda: self.client)
-        self._documents = DocumentWriter(cfg, self.target, self.tracking_db,
-                                         lambda: self.client, lambda: self.server)
+        # The parts of the applier, each on its client (``client``, ``server``).
+        deployment = TargetContext(cfg, self.target, lambda: self.client, lambda: self.server)
+        self._layouts = Layouts(deployment, self.service)
+        self._tracking = MongoTracking(deployment, self.tracking_db, self.group)
+        self._documents = DocumentWriter(deployment, self.tracking_db)
         #: Writes the seqnos of an open block already collected while the next ones are
         #: converted (``_write_ahead``); one request in flight.
         self._writer: ThreadPoolExecutor | None = None

@@ -9,11 +9,11 @@ the server refuses and two columns on one field are data errors.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from consumers.mongodb.config import MongoTarget
+from consumers.mongodb.context import TargetContext
 from consumers.mongodb.errors import data_error
 from consumers.mongodb.naming import (
     Namespace,
@@ -23,7 +23,6 @@ from consumers.mongodb.naming import (
     namespace,
     refused_field,
 )
-from consumers.mongodb.server import ServerTraits
 from consumers.mongodb.types import (
     ID,
     SEQNO,
@@ -64,20 +63,13 @@ class Layout:
 class Layouts:
     """The layouts of the tables written to one server (known once connected)."""
 
-    def __init__(self, cfg: MongoTarget, service: str, target: str,
-                 server: Callable[[], ServerTraits]) -> None:
-        self.cfg = cfg
+    def __init__(self, ctx: TargetContext, service: str) -> None:
+        self.ctx = ctx
         self.service = service
-        self.target = target
-        self._server = server
         #: What the server stores (set on connecting).
         self.types = TypeOptions()
         self._layouts: dict[tuple[object, ...], Layout] = {}
         self._namespaces: dict[tuple[str, str], Namespace] = {}
-
-    @property
-    def server(self) -> ServerTraits:
-        return self._server()
 
     def clear(self) -> None:
         """Forget every layout (a new session: the server may be another one)."""
@@ -89,15 +81,15 @@ class Layouts:
         found = self._namespaces.get((schema, table))
         if found is not None:
             return found
-        found = namespace(self.cfg, self.service, schema, table)
-        problem = database_problem(found.database, self.server.ferretdb)
+        found = namespace(self.ctx.cfg, self.service, schema, table)
+        problem = database_problem(found.database, self.ctx.server.ferretdb)
         what = f"database {found.database!r}"
         if problem is None:
             problem = collection_problem(found.database, found.collection)
             what = f"collection {found.collection!r}"
         if problem is not None:
-            raise data_error(self.target, event, f"{schema}.{table}", None,
-                             f"{what} cannot be used on {self.server.name}: {problem}; "
+            raise data_error(self.ctx.target, event, f"{schema}.{table}", None,
+                             f"{what} cannot be used on {self.ctx.server.name}: {problem}; "
                              "map the table elsewhere with the target's `database` and "
                              "`collection` templates, or filter it out")
         self._namespaces[(schema, table)] = found
@@ -114,19 +106,20 @@ class Layouts:
             return found
         table = f"{change.schema}.{change.table}"
         ns = self.namespace(change.schema, change.table, event)
-        fields = tuple(field_name(c.name, self.cfg.escape_names) for c in specs)
-        if not self.cfg.escape_names:
+        fields = tuple(field_name(c.name, self.ctx.cfg.escape_names) for c in specs)
+        if not self.ctx.cfg.escape_names:
             for spec, name in zip(specs, fields, strict=True):
-                problem = refused_field(name, self.server.ferretdb)
+                problem = refused_field(name, self.ctx.server.ferretdb)
                 if problem is not None:
-                    raise data_error(self.target, event, table, spec.name,
+                    raise data_error(self.ctx.target, event, table, spec.name,
                                      f"the column name cannot be a field name: {problem};"
                                      " set escape_names: true or rename the column")
         if len(set(fields)) != len(fields):
-            raise data_error(self.target, event, table, None, "two columns map to the same field")
+            raise data_error(self.ctx.target, event, table, None,
+                             "two columns map to the same field")
         key = tuple(i for i, c in enumerate(specs) if c.primary_key)
         found = Layout(ns, table, tuple(c.name for c in specs), fields, (ID, SEQNO, *fields),
-                       RowConverter([converter(c, self.types, self.cfg.is_json(
+                       RowConverter([converter(c, self.types, self.ctx.cfg.is_json(
                            change.schema, change.table, c.name)) for c in specs]), key,
                        tuple(key_converter(specs[i], self.types) for i in key))
         self._layouts[signature] = found
@@ -140,7 +133,7 @@ class Layouts:
         except (ValueError, TypeError) as exc:
             failed = layout.convert.failed(row)
             column, why = (layout.columns[failed[0]], failed[1]) if failed else (None, str(exc))
-            raise data_error(self.target, event, layout.table, column,
+            raise data_error(self.ctx.target, event, layout.table, column,
                              f"the value cannot be stored: {why}") from exc
 
     def ident(self, layout: Layout, row: Sequence[ThlValue], event: ThlEvent) -> Any:
@@ -148,5 +141,5 @@ class Layouts:
         try:
             return layout.ident(row)
         except (ValueError, TypeError) as exc:
-            raise data_error(self.target, event, layout.table, None,
+            raise data_error(self.ctx.target, event, layout.table, None,
                              f"the primary key cannot be an _id: {exc}") from exc

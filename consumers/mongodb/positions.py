@@ -13,17 +13,16 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
 from typing import Any
 
 from bson.int64 import Int64
-from pymongo import MongoClient
 from pymongo.client_session import ClientSession
 
 from consumers.check import CheckResult
 from consumers.errors import DataError, PositionConflict
 from consumers.heartbeat import Heartbeat
-from consumers.mongodb.blocks import RawDoc, Write, row_document, update
+from consumers.mongodb.blocks import Write, row_document, update
+from consumers.mongodb.context import TargetContext
 from consumers.mongodb.errors import DUPLICATE_KEY, classified, error_text
 from consumers.mongodb.naming import Namespace
 from consumers.mongodb.types import ID
@@ -41,21 +40,15 @@ CONSISTENCY = "consistency"
 class MongoTracking:
     """One group's documents in the tracking database."""
 
-    def __init__(self, tracking_db: str, group: str, target: str,
-                 client: Callable[[], MongoClient[RawDoc]]) -> None:
+    def __init__(self, ctx: TargetContext, tracking_db: str, group: str) -> None:
+        self.ctx = ctx
         self.tracking_db = tracking_db
         self.group = group
-        self.target = target
-        self._client = client
-
-    @property
-    def client(self) -> MongoClient[RawDoc]:
-        return self._client()
 
     def read(self) -> tuple[Position | None, int | None]:
         """The stored position, and its seqno to write the next one against."""
-        coll = self.client[self.tracking_db][COMMIT_SEQNO]
-        doc = classified(lambda: coll.find_one({ID: TASK_ID}), self.target,
+        coll = self.ctx.client[self.tracking_db][COMMIT_SEQNO]
+        doc = classified(lambda: coll.find_one({ID: TASK_ID}), self.ctx.target,
                          f"reading {COMMIT_SEQNO}")
         if doc is None or doc.get("seqno") is None:
             return None, None
@@ -69,8 +62,9 @@ class MongoTracking:
 
     def clear(self) -> None:
         """Delete the task's position document."""
-        coll = self.client[self.tracking_db][COMMIT_SEQNO]
-        classified(lambda: coll.delete_one({ID: TASK_ID}), self.target, f"clearing {COMMIT_SEQNO}")
+        coll = self.ctx.client[self.tracking_db][COMMIT_SEQNO]
+        classified(lambda: coll.delete_one({ID: TASK_ID}), self.ctx.target,
+                   f"clearing {COMMIT_SEQNO}")
 
     def heartbeat(self, beat: Heartbeat) -> Write:
         """The guarded write of a heartbeat's document (``_id``: the heartbeat id)."""
@@ -93,8 +87,8 @@ class MongoTracking:
                "master_crc": result.source_digest[:40], "master_cnt": result.source_count,
                "ts": dt.datetime.now(dt.UTC).replace(tzinfo=None), "method": result.method,
                "group": self.group, "seqno": Int64(result.seqno), "check": result.to_json()}
-        coll = self.client[self.tracking_db][CONSISTENCY]
-        classified(lambda: coll.replace_one({ID: doc[ID]}, doc, upsert=True), self.target,
+        coll = self.ctx.client[self.tracking_db][CONSISTENCY]
+        classified(lambda: coll.replace_one({ID: doc[ID]}, doc, upsert=True), self.ctx.target,
                    "recording a consistency check", result.seqno)
 
     def advance(self, position: Position, expected: int | None,
@@ -114,21 +108,21 @@ class MongoTracking:
         # Matches only the position this applier expects; otherwise the upsert collides with
         # the stored document's _id and nothing is written.
         stored_seqno: Any = Int64(expected) if expected is not None else None
-        reply = update(self.client, Namespace(self.tracking_db, COMMIT_SEQNO),
+        reply = update(self.ctx.client, Namespace(self.tracking_db, COMMIT_SEQNO),
                        [{"q": {ID: TASK_ID, "seqno": stored_seqno}, "u": doc,
                          "upsert": True}], session)
         errors = reply.get("writeErrors")
         if errors:
             if errors[0].get("code") == DUPLICATE_KEY:
-                stored = self.client[self.tracking_db][COMMIT_SEQNO].find_one(
+                stored = self.ctx.client[self.tracking_db][COMMIT_SEQNO].find_one(
                     {ID: TASK_ID}, session=session)
                 found = stored.get("seqno") if stored else None
                 raise PositionConflict(
-                    f"{self.target}: {self.tracking_db}.{COMMIT_SEQNO} moved under this "
+                    f"{self.ctx.target}: {self.tracking_db}.{COMMIT_SEQNO} moved under this "
                     f"consumer (expected stored seqno "
                     f"{'none' if expected is None else expected}, found "
                     f"{'none' if found is None else found}): another process applies the same "
                     "consumer group to this target. The position was not written; run one "
                     "process per group.", seqno=position.seqno)
-            raise DataError(f"{self.target}: writing {COMMIT_SEQNO}: "
+            raise DataError(f"{self.ctx.target}: writing {COMMIT_SEQNO}: "
                             f"{error_text(errors[0])}", seqno=position.seqno)

@@ -13,12 +13,11 @@ sent.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from bson.errors import InvalidDocument
 from bson.int64 import Int64
-from pymongo import ASCENDING, DESCENDING, MongoClient
+from pymongo import ASCENDING, DESCENDING
 from pymongo.client_session import ClientSession
 from pymongo.errors import BulkWriteError, DocumentTooLarge
 
@@ -35,11 +34,10 @@ from consumers.mongodb.blocks import (
     row_document,
     update,
 )
-from consumers.mongodb.config import MongoTarget
+from consumers.mongodb.context import TargetContext
 from consumers.mongodb.errors import DUPLICATE_KEY, classify, data_error, error_text
 from consumers.mongodb.naming import Namespace
 from consumers.mongodb.positions import PROVISIONED
-from consumers.mongodb.server import ServerTraits
 from consumers.mongodb.types import DELETED, ID, OP, SEQNO
 from consumers.oversize import largest, mib, too_large
 
@@ -50,24 +48,11 @@ log = logging.getLogger("consumers.mongodb.applier")
 class DocumentWriter:
     """Writes blocks of documents to one MongoDB deployment (in a session, or not)."""
 
-    def __init__(self, cfg: MongoTarget, target: str, tracking_db: str,
-                 client: Callable[[], MongoClient[RawDoc]],
-                 server: Callable[[], ServerTraits]) -> None:
-        self.cfg = cfg
-        self.target = target
+    def __init__(self, ctx: TargetContext, tracking_db: str) -> None:
+        self.ctx = ctx
         self.tracking_db = tracking_db
-        self._client = client
-        self._server = server
         #: Keyless collections whose ``_op`` index is known to be there.
         self._mark_indexes: set[Namespace] = set()
-
-    @property
-    def client(self) -> MongoClient[RawDoc]:
-        return self._client()
-
-    @property
-    def server(self) -> ServerTraits:
-        return self._server()
 
     def write_data(self, writes: KeyedWrites, keyless: dict[Namespace, list[KeylessOp]],
                    session: ClientSession | None,
@@ -101,27 +86,27 @@ class DocumentWriter:
                     largest((w.document() or {}).items()),
                     f"the {mib(self._max_bson())} the server takes (maxBsonObjectSize, "
                     "fixed in MongoDB)", "no setting raises it")
-                raise DataError(f"{self.target}: {why}", seqno=w.seqno, event_id=w.event_id)
+                raise DataError(f"{self.ctx.target}: {why}", seqno=w.seqno, event_id=w.event_id)
 
     def _send(self, ns: Namespace, writes: list[Write], session: ClientSession | None
               ) -> list[RawDoc]:
         """One ordered update command of these writes; its write errors."""
         self._check_sizes(writes)
-        reply = update(self.client, ns, [w.spec() for w in writes], session)
+        reply = update(self.ctx.client, ns, [w.spec() for w in writes], session)
         errors: list[RawDoc] = reply.get("writeErrors") or []
         return errors
 
     def _max_bson(self) -> int:
-        return self.server.max_bson_size
+        return self.ctx.server.max_bson_size
 
     def guarded(self, ns: Namespace, writes: list[Write], session: ClientSession | None
                 ) -> None:
         """Apply guarded writes of one namespace; already applied ones change nothing."""
         self._check_sizes(writes)
-        if session is None and self.server.scanning_updates:
+        if session is None and self.ctx.server.scanning_updates:
             self._insert_first(ns, writes)
             return
-        for run in chunks(writes, self.cfg.batch_ops):
+        for run in chunks(writes, self.ctx.cfg.batch_ops):
             if session is not None:
                 # Inside a transaction a write error aborts everything: leave out, by their
                 # stored seqnos, the writes a replay would find already applied.
@@ -156,12 +141,12 @@ class DocumentWriter:
         stored position (which it does first).
         """
         taken = self._insert(ns, writes)
-        for start in range(0, len(taken), self.cfg.batch_ops):
-            run = taken[start:start + self.cfg.batch_ops]
+        for start in range(0, len(taken), self.ctx.cfg.batch_ops):
+            run = taken[start:start + self.ctx.cfg.batch_ops]
             newer = fresh(run, self._stored_seqnos(ns, run, None))
             if not newer:
                 continue
-            coll = self.client[ns.database][ns.collection]
+            coll = self.ctx.client[ns.database][ns.collection]
             coll.delete_many({ID: {"$in": [w.ident for w in newer]}})
             # With their _id gone, a duplicate key can only come from another unique index.
             self._insert(ns, newer, duplicates_refused=True)
@@ -173,7 +158,7 @@ class DocumentWriter:
         Through ``insert_many``: pymongo sends the documents as OP_MSG document sequences,
         which FerretDB takes faster than one command document holding them all.
         """
-        coll = self.client[ns.database][ns.collection]
+        coll = self.ctx.client[ns.database][ns.collection]
         try:
             coll.insert_many([w.document() for w in writes], ordered=False)
         except BulkWriteError as exc:
@@ -188,7 +173,7 @@ class DocumentWriter:
         except (DocumentTooLarge, InvalidDocument) as exc:
             # Slow path, for the error only: encode each to find the culprit.
             self._check_sizes(writes)
-            raise classify(exc, self.target, f"inserting into {ns}", writes[-1].seqno,
+            raise classify(exc, self.ctx.target, f"inserting into {ns}", writes[-1].seqno,
                            writes[-1].event_id) from exc
         return []
 
@@ -209,11 +194,11 @@ class DocumentWriter:
                    f"{error_text(error)}")
         else:
             why = f"the server refuses the document: {error_text(error)}"
-        return data_error(self.target, w, w.table, None, why)
+        return data_error(self.ctx.target, w, w.table, None, why)
 
     def _stored_seqnos(self, ns: Namespace, writes: list[Write],
                        session: ClientSession | None) -> dict[Any, int]:
-        coll = self.client[ns.database][ns.collection]
+        coll = self.ctx.client[ns.database][ns.collection]
         ids = [w.ident for w in writes]
         found: dict[Any, int] = {}
         for doc in coll.find({ID: {"$in": ids}}, {SEQNO: 1}, session=session):
@@ -224,7 +209,7 @@ class DocumentWriter:
     def _apply_keyless(self, ns: Namespace, ops: list[KeylessOp],
                        session: ClientSession | None,
                        marks: dict[Namespace, tuple[int, int]]) -> None:
-        coll = self.client[ns.database][ns.collection]
+        coll = self.ctx.client[ns.database][ns.collection]
         mark = marks.get(ns)
         if mark is None:
             mark = self._read_mark(ns, session)
@@ -246,21 +231,21 @@ class DocumentWriter:
                     continue
                 if found is None:
                     raise data_error(
-                        self.target, op, op.table, None,
+                        self.ctx.target, op, op.table, None,
                         f"no document of {ns} equals the row to "
                         f"{'update' if op.after is not None else 'delete'}: the target has "
                         "diverged from the source")
                 # By _id alone: the one filter FerretDB does not answer with a scan.
-                reply = update(self.client, ns, [{"q": {ID: found[ID]},
-                                                  "u": op.replacement(found[ID]),
-                                                  "upsert": False}], session)
+                reply = update(self.ctx.client, ns, [{"q": {ID: found[ID]},
+                                                      "u": op.replacement(found[ID]),
+                                                      "upsert": False}], session)
                 errors = reply.get("writeErrors")
                 if errors:
-                    raise data_error(self.target, op, op.table, None, "the server refuses "
+                    raise data_error(self.ctx.target, op, op.table, None, "the server refuses "
                                      f"the document: {error_text(errors[0])}")
                 if reply.get("n") == 0:
                     raise PositionConflict(
-                        f"{self.target}: {ns}: a document went away under this consumer "
+                        f"{self.ctx.target}: {ns}: a document went away under this consumer "
                         f"while seqno {op.seqno} was applied: another process applies the "
                         "same consumer group to this target", seqno=op.seqno)
                 mark = op.mark
@@ -277,12 +262,12 @@ class DocumentWriter:
         at the chunk's seqno or later; they get no tombstone (one at the chunk's seqno would
         refuse the chunk's own row, the guard being strict) and are replaced anyway.
         """
-        marker = self.client[self.tracking_db][PROVISIONED]
+        marker = self.ctx.client[self.tracking_db][PROVISIONED]
         key = str(ns)
         done = marker.find_one({ID: key}, {SEQNO: 1}, session=session)
         if done is not None and int(done.get(SEQNO, -1)) >= clear.seqno:
             return  # a replay: this clear (or a later one) happened already
-        coll = self.client[ns.database][ns.collection]
+        coll = self.ctx.client[ns.database][ns.collection]
         # Not written by the replicator (no _seqno): no replay can need them.
         coll.delete_many({SEQNO: {"$exists": False}}, session=session)
         ids = [doc[ID] for doc in coll.find(
@@ -297,11 +282,11 @@ class DocumentWriter:
             clear.seqno, 0, clear.event_id, clear.table, key,
             row_document(key, clear.seqno, [("database", ns.database),
                                             ("collection", ns.collection)]))], session)
-        log.info("%s: %s emptied for provisioning at seqno %d (%d document(s))", self.target,
+        log.info("%s: %s emptied for provisioning at seqno %d (%d document(s))", self.ctx.target,
                  ns, clear.seqno, len(ids))
 
     def _read_mark(self, ns: Namespace, session: ClientSession | None) -> tuple[int, int]:
-        coll = self.client[ns.database][ns.collection]
+        coll = self.ctx.client[ns.database][ns.collection]
         if ns not in self._mark_indexes and session is None:
             # Finds the highest _op without a scan (idempotent; outside transactions only).
             coll.create_index([(f"{OP}.s", DESCENDING), (f"{OP}.r", DESCENDING)],

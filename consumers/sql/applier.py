@@ -43,6 +43,7 @@ from consumers.registry import ApplierContext
 from consumers.sql import ddl, readback
 from consumers.sql.batches import BatchWriter, Queued
 from consumers.sql.config import MYSQL_FAMILY, SqlTarget
+from consumers.sql.context import TargetContext
 from consumers.sql.errors import classify
 from consumers.sql.positions import SqlChannelStore, SqlTracking
 from consumers.sql.replay import StatementReplay
@@ -77,20 +78,17 @@ class SqlApplier:
             keyless_tables=True, block=BlockLimits(events=10, ms=500, idle=True), checks=True,
             channels=True)
         # The parts of the applier, each on the open block's connection (``_db``).
-        self._positions = SqlTracking(ctx.tracking_schema, ctx.channel, cfg.audit_seqnos,
-                                      self.dialect, self.target, lambda: self._db,
-                                      self._classify)
-        self._tables = TargetTables(self.dialect, self.target, self.create_tables,
-                                    statements == "apply", lambda: self._db, self._classify,
+        target = TargetContext(self.dialect, self.target, lambda: self._db, self._classify)
+        self._positions = SqlTracking(target, ctx.tracking_schema, ctx.channel,
+                                      cfg.audit_seqnos)
+        self._tables = TargetTables(target, self.create_tables, statements == "apply",
                                     self._run_ddl)
-        self._batches = BatchWriter(self.dialect, self.url.get_driver_name(), self.target,
-                                    cfg.batch_rows, lambda: self._db, self._classify,
+        self._batches = BatchWriter(target, self.url.get_driver_name(), cfg.batch_rows,
                                     self._positions, self.rollback)
-        self._rows = RowWriter(self.dialect, self.target,
-                               policy_for(self.dialect, cfg.zero_dates, cfg.nul_characters),
-                               ctx.metrics, self._tables, self._batches, lambda: self._db,
-                               self._classify)
-        self._replay = StatementReplay(self.target, lambda: self._db, self._classify)
+        self._rows = RowWriter(target, policy_for(self.dialect, cfg.zero_dates,
+                                                  cfg.nul_characters),
+                               ctx.metrics, self._tables, self._batches)
+        self._replay = StatementReplay(target)
         self._engine: sa.Engine | None = None
         self._conn: sa.Connection | None = None
         self._txn: sa.RootTransaction | None = None

@@ -18,12 +18,12 @@ from typing import Any
 
 import psycopg
 import pymysql
-import sqlalchemy as sa
 from pymysql.cursors import RE_INSERT_VALUES
 from sqlalchemy import exc as sa_exc
 
 from consumers.errors import DataError
-from consumers.sql.positions import Classify, SqlTracking
+from consumers.sql.context import TargetContext
+from consumers.sql.positions import SqlTracking
 from consumers.sql.render import Template, client_cursor, mysql_literal, postgresql_literal
 from consumers.sql.statements import RowStatements, TargetTable, statement_for
 from replicator.tracking import PositionMoved
@@ -93,19 +93,14 @@ def _names(specs: list[ColumnSpec]) -> tuple[tuple[str, bool], ...]:
 class BatchWriter:
     """The open block's batches and queued statements on one connection."""
 
-    def __init__(self, dialect: str, driver: str, target: str, batch_rows: int,
-                 connection: Callable[[], sa.Connection], classify: Classify,
+    def __init__(self, ctx: TargetContext, driver: str, batch_rows: int,
                  positions: SqlTracking, rollback: Callable[[], None]) -> None:
-        self.dialect = dialect
-        self.target = target
+        self.ctx = ctx
         self.batch_rows = batch_rows
-        self.builder = RowStatements(dialect)
+        self.builder = RowStatements(ctx.dialect)
         #: PyMySQL on a MySQL-family target, psycopg on PostgreSQL: statements are rendered
         #: by the driver (client-side binding) and sent together.
-        self.multi = (dialect, driver) in _MULTI_DRIVERS
-        #: The open block's connection.
-        self._db = connection
-        self._classify = classify
+        self.multi = (ctx.dialect, driver) in _MULTI_DRIVERS
         self._positions = positions
         #: The applier's rollback: a position that moved ends the block.
         self._rollback = rollback
@@ -154,14 +149,14 @@ class BatchWriter:
                                  batch.keys)
             self._stmts[batch.layout()] = stmt
         try:
-            result = self._db().execute(stmt, batch.params)
+            result = self.ctx.db.execute(stmt, batch.params)
         except sa_exc.DBAPIError as exc:
-            raise self._classify(exc, f"{batch.action.value} into {batch.target.qualified}"
-                                 ) from exc
+            raise self.ctx.classify(exc, f"{batch.action.value} into {batch.target.qualified}"
+                                    ) from exc
         if check and batch.action is not RowAction.INSERT and result.rowcount not in (-1, len(
                 batch.params)):
             raise DataError(
-                f"{batch.action.value} of {batch.target.qualified} on {self.target} matched "
+                f"{batch.action.value} of {batch.target.qualified} on {self.ctx.target} matched "
                 f"{result.rowcount} of {len(batch.params)} row(s): the target has diverged "
                 "from the source")
 
@@ -172,7 +167,7 @@ class BatchWriter:
         if found is None:
             stmt = statement_for(self.builder, batch.target, batch.action, batch.columns,
                                  batch.keys)
-            compiled = stmt.compile(dialect=self._db().dialect)
+            compiled = stmt.compile(dialect=self.ctx.db.dialect)
             sql = compiled.string
             order = tuple(compiled.positiontup or ()) if compiled.positional else None
             if batch.action is RowAction.INSERT:
@@ -194,9 +189,9 @@ class BatchWriter:
         (as executemany rewrites them), UPDATEs and DELETEs one statement per row, each
         checked to match its one row.
         """
-        cursor = client_cursor(self._db(), self.dialect)
+        cursor = client_cursor(self.ctx.db, self.ctx.dialect)
         try:
-            literal = (postgresql_literal(cursor) if self.dialect == "postgresql"
+            literal = (postgresql_literal(cursor) if self.ctx.dialect == "postgresql"
                        else mysql_literal(cursor))
             rendering = self._rendering(batch)
             row = rendering.row
@@ -233,7 +228,7 @@ class BatchWriter:
         queued, self.queued, self.queued_bytes = self.queued, [], 0
         if not queued:
             return
-        cursor = client_cursor(self._db(), self.dialect)
+        cursor = client_cursor(self.ctx.db, self.ctx.dialect)
         at = queued[0]
         mismatch: tuple[Queued, int] | None = None
         moved: PositionMoved | None = None
@@ -259,24 +254,24 @@ class BatchWriter:
                 self._rollback()
                 raise self._positions.conflict(moved) from exc
             # The server stopped at the failing statement: name its table like executemany.
-            dbapi = self._db().dialect.loaded_dbapi
+            dbapi = self.ctx.db.dialect.loaded_dbapi
             wrapped = sa_exc.DBAPIError.instance(at.sql[:200], None, exc, dbapi.Error)
             if not isinstance(wrapped, sa_exc.DBAPIError):
                 raise wrapped from exc
-            raise self._classify(wrapped, at.doing()) from exc
+            raise self.ctx.classify(wrapped, at.doing()) from exc
         finally:
             cursor.close()
         if moved is None and position_missed:
             positions = self._positions
             moved = PositionMoved(positions.expected,
-                                  positions.tracking.stored(self._db(), positions.task_id))
+                                  positions.tracking.stored(self.ctx.db, positions.task_id))
         if moved is not None:
             self._rollback()
             raise self._positions.conflict(moved)
         if mismatch is not None:
             at, count = mismatch
             raise DataError(
-                f"{at.doing('of')} on {self.target} matched {count} of {at.rows} row(s): the "
+                f"{at.doing('of')} on {self.ctx.target} matched {count} of {at.rows} row(s): the "
                 "target has diverged from the source")
 
     def forget(self) -> None:

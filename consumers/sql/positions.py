@@ -23,6 +23,7 @@ from consumers.check import CheckResult
 from consumers.errors import ConsumerError, PositionConflict
 from consumers.heartbeat import Heartbeat
 from consumers.position import Position
+from consumers.sql.context import TargetContext
 from consumers.sql.render import client_cursor
 from replicator.tracking import (
     CommitSeqno,
@@ -32,17 +33,14 @@ from replicator.tracking import (
     tracking_metadata,
 )
 
-#: A driver error as the consumer's, naming what was being done.
-Classify = Callable[[sa_exc.DBAPIError, str], ConsumerError]
-
 _HEARTBEAT = "heartbeat"
 
 
 class SqlTracking:
     """One channel's row of ``trep_commit_seqno`` and the tracking tables beside it."""
 
-    def __init__(self, schema: str, task_id: int, audit: bool, dialect: str, target: str,
-                 connection: Callable[[], sa.Connection], classify: Classify) -> None:
+    def __init__(self, ctx: TargetContext, schema: str, task_id: int, audit: bool) -> None:
+        self.ctx = ctx
         self.schema = schema
         self.tracking = CommitSeqnoTable(schema)
         #: This applier's row of trep_commit_seqno: its channel (0 without parallel apply).
@@ -51,11 +49,6 @@ class SqlTracking:
         self.heartbeat_table = tracking.tables[f"{schema}.{_HEARTBEAT}"]
         self.consistency_table = tracking.tables[f"{schema}.consistency"]
         self.audit = audit_table(schema) if audit else None
-        self.dialect = dialect
-        self.target = target
-        #: The open block's connection.
-        self._db = connection
-        self._classify = classify
         #: The seqno stored on the target as this applier last read (``read``), cleared or
         #: wrote it; a block commits only if the target still holds it, so there is one
         #: writer per position. The runtime reads it before any block.
@@ -71,7 +64,7 @@ class SqlTracking:
                 if self.audit is not None:
                     self.audit.create(conn, checkfirst=True)
         except sa_exc.DBAPIError as exc:
-            raise self._classify(exc, "creating the tracking schema") from exc
+            raise self.ctx.classify(exc, "creating the tracking schema") from exc
 
     def read(self, engine: sa.Engine) -> Position | None:
         """This channel's stored position (and the seqno the next block commits against)."""
@@ -79,7 +72,7 @@ class SqlTracking:
             with engine.connect() as conn:
                 row = self.tracking.read(conn, self.task_id)
         except sa_exc.DBAPIError as exc:
-            raise self._classify(exc, "reading trep_commit_seqno") from exc
+            raise self.ctx.classify(exc, "reading trep_commit_seqno") from exc
         self.expected = row.seqno if row else None
         if row is None:
             return None
@@ -93,12 +86,12 @@ class SqlTracking:
             with engine.begin() as conn:
                 conn.execute(sa.delete(self.tracking.table))
         except sa_exc.DBAPIError as exc:
-            raise self._classify(exc, "clearing trep_commit_seqno") from exc
+            raise self.ctx.classify(exc, "clearing trep_commit_seqno") from exc
         self.expected = None
 
     def lock(self) -> int | None:
         """Lock this channel's row for the block; the seqno it holds."""
-        return self.tracking.lock(self._db(), self.task_id)
+        return self.tracking.lock(self.ctx.db, self.task_id)
 
     def sql(self, which: str, params: dict[str, object]) -> str:
         """A tracking statement (``lock`` or ``advance``) rendered with the driver's escaping
@@ -107,8 +100,8 @@ class SqlTracking:
         if text is None:
             stmt = (self.tracking.lock_statement() if which == "lock"
                     else self.tracking.advance_statement())
-            text = self._texts[which] = stmt.compile(dialect=self._db().dialect).string
-        cursor = client_cursor(self._db(), self.dialect)
+            text = self._texts[which] = stmt.compile(dialect=self.ctx.db.dialect).string
+        cursor = client_cursor(self.ctx.db, self.ctx.dialect)
         try:
             return str(cursor.mogrify(text, params))
         finally:
@@ -127,12 +120,12 @@ class SqlTracking:
     def advance(self, row: CommitSeqno, expected: int | None) -> None:
         """Move this channel's row to ``row`` if it still holds ``expected`` (PositionMoved
         if not)."""
-        self.tracking.advance(self._db(), row, expected)
+        self.tracking.advance(self.ctx.db, row, expected)
 
     def record_seqnos(self, seqnos: list[int], now: dt.datetime) -> None:
         """Every seqno of the block into ``trep_apply_audit`` (``audit_seqnos``)."""
         if self.audit is not None:
-            self._db().execute(sa.insert(self.audit), [
+            self.ctx.db.execute(sa.insert(self.audit), [
                 {"seqno": s, "applied_at": now.replace(tzinfo=None)} for s in seqnos])
 
     def heartbeat(self, beat: Heartbeat) -> None:
@@ -145,11 +138,11 @@ class SqlTracking:
                   "target_tstamp": beat.target_tstamp.astimezone(dt.UTC).replace(tzinfo=None),
                   "lag_millis": beat.lag_millis, "salt": beat.salt, "name": beat.name}
         try:
-            done = self._db().execute(sa.update(t).where(t.c.id == beat.id).values(values))
+            done = self.ctx.db.execute(sa.update(t).where(t.c.id == beat.id).values(values))
             if done.rowcount == 0:
-                self._db().execute(sa.insert(t).values(values))
+                self.ctx.db.execute(sa.insert(t).values(values))
         except sa_exc.DBAPIError as exc:
-            raise self._classify(exc, "recording a heartbeat") from exc
+            raise self.ctx.classify(exc, "recording a heartbeat") from exc
 
     def record_check(self, result: CheckResult) -> None:
         """Upsert the range's row of Tungsten's ``consistency`` table (crc: 40 hex digits of
@@ -163,16 +156,16 @@ class SqlTracking:
                   "method": result.method[:32]}
         where = (t.c.db == values["db"], t.c.tbl == values["tbl"], t.c.id == result.range)
         try:
-            done = self._db().execute(sa.update(t).where(*where).values(values))
+            done = self.ctx.db.execute(sa.update(t).where(*where).values(values))
             if done.rowcount == 0:
-                self._db().execute(sa.insert(t).values(values))
+                self.ctx.db.execute(sa.insert(t).values(values))
         except sa_exc.DBAPIError as exc:
-            raise self._classify(exc, "recording a consistency check") from exc
+            raise self.ctx.classify(exc, "recording a consistency check") from exc
 
     def conflict(self, exc: PositionMoved, seqno: int = -1) -> PositionConflict:
         """The error of a position that moved under this applier."""
         return PositionConflict(
-            f"{self.target}: {self.schema}.trep_commit_seqno"
+            f"{self.ctx.target}: {self.schema}.trep_commit_seqno"
             + (f" (task_id {self.task_id})" if self.task_id else "")
             + f" moved under this consumer ({exc}): another process applies the same "
             "consumer group to this target. Nothing of this block was committed; run one "
@@ -181,7 +174,7 @@ class SqlTracking:
 
     def channel_store(self, engine: sa.Engine) -> SqlChannelStore:
         """Every channel's position and the shard assignments (consumers.channels)."""
-        return SqlChannelStore(engine, self.tracking, self._classify)
+        return SqlChannelStore(engine, self.tracking, self.ctx.classify)
 
 
 class SqlChannelStore:

@@ -52,4 +52,4 @@ def thl_rows(check: CheckRange, rows: Sequence[Sequence[Any]]) -> Iterator[list[
     """The rows read for ``check``, as THL values."""
     for row in rows:
         yield [thl_value_of(spec, value) for spec, value in zip(check.specs, row,
-                                                               strict=True)]
+                                                                strict=True)]

@@ -10,15 +10,14 @@ already is logged and passed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
 from consumers.errors import DataError
+from consumers.sql.context import TargetContext
 from consumers.sql.errors import DDL_ALREADY_DONE, UNKNOWN_DATABASE, mysql_code
-from consumers.sql.positions import Classify
 from replicator import crashpoints
 from replicator.sql_names import is_database_statement, is_transactional
 from thl_topics.event import Statement, ThlEvent
@@ -35,12 +34,8 @@ _SESSION_VARIABLES = ("sql_mode", "foreign_key_checks", "unique_checks",
 class StatementReplay:
     """Replays statement events on the open block's connection."""
 
-    def __init__(self, target: str, connection: Callable[[], sa.Connection],
-                 classify: Classify) -> None:
-        self.target = target
-        #: The open block's connection.
-        self._db = connection
-        self._classify = classify
+    def __init__(self, ctx: TargetContext) -> None:
+        self.ctx = ctx
         self._defaults: dict[str, Any] = {}
         #: The first seqno after a (re)connect may replay a DDL that already ran.
         self.replaying = False
@@ -48,7 +43,7 @@ class StatementReplay:
     def read_defaults(self) -> None:
         """The session's own values of the variables a statement may set (once)."""
         if not self._defaults:
-            row = self._db().execute(sa.text(
+            row = self.ctx.db.execute(sa.text(
                 "SELECT " + ", ".join(f"@@session.{v}" for v in _SESSION_VARIABLES))).one()
             self._defaults = dict(zip(_SESSION_VARIABLES, row, strict=True))
 
@@ -59,19 +54,19 @@ class StatementReplay:
             # CREATE/DROP DATABASE x is logged with x as its default schema, which the
             # target may not have (yet, or any more).
             if stmt.default_schema and not is_database_statement(stmt.sql):
-                self._db().exec_driver_sql(f"USE {self._quote(stmt.default_schema)}",
-                                           execution_options=_RAW)
-            self._db().exec_driver_sql(stmt.sql, execution_options=_RAW)
+                self.ctx.db.exec_driver_sql(f"USE {self._quote(stmt.default_schema)}",
+                                            execution_options=_RAW)
+            self.ctx.db.exec_driver_sql(stmt.sql, execution_options=_RAW)
         except sa_exc.DBAPIError as exc:
             code = mysql_code(exc)
             if self.replaying and code in DDL_ALREADY_DONE:
                 log.warning("%s: seqno %d replays a statement that already ran before a "
-                            "restart (%s); going on", self.target, event.seqno, exc.orig)
+                            "restart (%s); going on", self.ctx.target, event.seqno, exc.orig)
             elif code == UNKNOWN_DATABASE and stmt.default_schema:
                 raise DataError(f"default schema {stmt.default_schema} of seqno {event.seqno} "
-                                f"does not exist on {self.target}") from exc
+                                f"does not exist on {self.ctx.target}") from exc
             else:
-                raise self._classify(exc, f"statement {stmt.sql[:200]!r}") from exc
+                raise self.ctx.classify(exc, f"statement {stmt.sql[:200]!r}") from exc
         finally:
             try:
                 self._session(self._defaults, restore=True)
@@ -94,10 +89,10 @@ class StatementReplay:
         if tz:
             sets.append(f"@@session.time_zone = {_sql_string(str(tz))}")
         if sets:
-            self._db().exec_driver_sql("SET " + ", ".join(sets), execution_options=_RAW)
+            self.ctx.db.exec_driver_sql("SET " + ", ".join(sets), execution_options=_RAW)
 
     def _quote(self, name: str) -> str:
-        return str(self._db().dialect.identifier_preparer.quote_identifier(name))
+        return str(self.ctx.db.dialect.identifier_preparer.quote_identifier(name))
 
 
 def _sql_string(text: str) -> str:

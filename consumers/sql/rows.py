@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
@@ -20,7 +20,7 @@ from sqlalchemy import exc as sa_exc
 from consumers.errors import DataError
 from consumers.metrics import ConsumerMetrics
 from consumers.sql.batches import Batch, BatchWriter
-from consumers.sql.positions import Classify
+from consumers.sql.context import TargetContext
 from consumers.sql.statements import TargetTable, bind_rows
 from consumers.sql.tables import TargetTables
 from consumers.sql.types import RowAdapter, ValuePolicy, ValueRefused, row_adapter
@@ -36,18 +36,13 @@ _WARN_EVERY_S = 60.0
 class RowWriter:
     """Adapts the rows of a block's row changes and hands them to its batches."""
 
-    def __init__(self, dialect: str, target: str, policy: ValuePolicy | None,
-                 metrics: ConsumerMetrics, tables: TargetTables, batches: BatchWriter,
-                 connection: Callable[[], sa.Connection], classify: Classify) -> None:
-        self.dialect = dialect
-        self.target = target
+    def __init__(self, ctx: TargetContext, policy: ValuePolicy | None,
+                 metrics: ConsumerMetrics, tables: TargetTables, batches: BatchWriter) -> None:
+        self.ctx = ctx
         self.policy = policy
         self.metrics = metrics
         self._tables = tables
         self._batches = batches
-        #: The open block's connection.
-        self._db = connection
-        self._classify = classify
         self._adapters: dict[tuple[object, ...], RowAdapter] = {}
         #: Values the policy changed in the open block, by (kind, table, column).
         self._changed: Counter[tuple[str, str, str]] = Counter()
@@ -77,9 +72,9 @@ class RowWriter:
         target = self._tables.get(change, _image_specs(change), event.seqno)
         self._batches.flush()
         try:
-            self._db().execute(sa.delete(target.table))
+            self.ctx.db.execute(sa.delete(target.table))
         except sa_exc.DBAPIError as exc:
-            raise self._classify(exc, f"emptying {target.qualified} for provisioning") from exc
+            raise self.ctx.classify(exc, f"emptying {target.qualified} for provisioning") from exc
 
     def add(self, change: RowChange, event: ThlEvent, idempotent: bool = False) -> None:
         """A row change's rows into the batches (``idempotent``: its table is being
@@ -88,7 +83,7 @@ class RowWriter:
         target = self._tables.get(change, specs, event.seqno)
         missing = [c.name for c in specs if c.name not in target.types]
         if missing:
-            raise DataError(f"{target.qualified} on {self.target} has no column(s) "
+            raise DataError(f"{target.qualified} on {self.ctx.target} has no column(s) "
                             f"{', '.join(missing)} (seqno {event.seqno})", seqno=event.seqno)
         try:
             adapted = self._adapter(target, change.column_specs)
@@ -96,7 +91,7 @@ class RowWriter:
             adapted = self._adapter(target, change.key_specs)
             before = [adapted(r) for r in change.key_values]
         except ValueRefused as exc:
-            raise DataError(f"{self.target}: {target.qualified}, column {exc.column}, seqno "
+            raise DataError(f"{self.ctx.target}: {target.qualified}, column {exc.column}, seqno "
                             f"{event.seqno}: {exc}", seqno=event.seqno) from exc
         except (ValueError, TypeError) as exc:
             raise DataError(f"{target.qualified}: a value of seqno {event.seqno} cannot be "
@@ -124,7 +119,7 @@ class RowWriter:
         found = self._adapters.get(key)
         if found is None:
             found = self._adapters[key] = row_adapter(
-                specs, [target.types[c.name] for c in specs], self.dialect, self.policy)
+                specs, [target.types[c.name] for c in specs], self.ctx.dialect, self.policy)
         return found
 
     def _idempotent(self, target: TargetTable, change: RowChange, after: list[list[object]],
@@ -161,7 +156,7 @@ class RowWriter:
                     "value(s) stored without their U+0000 characters"
                 log.warning("%s: %s.%s: %d %s in the block up to seqno %d (policy of this "
                             "target; counted in trep_values_changed_total{kind=\"%s\"})",
-                            self.target, table, column, count, what, seqno, kind)
+                            self.ctx.target, table, column, count, what, seqno, kind)
 
 
 def _image_specs(change: RowChange) -> list[ColumnSpec]:

@@ -20,7 +20,7 @@ from sqlalchemy import exc as sa_exc
 from consumers.errors import DataError
 from consumers.sql import ddl
 from consumers.sql.config import MYSQL_FAMILY
-from consumers.sql.positions import Classify
+from consumers.sql.context import TargetContext
 from consumers.sql.statements import TargetTable
 from consumers.sql.types import UnmappedType
 from thl_topics.event import ColumnSpec, RowChange
@@ -35,17 +35,12 @@ RunDdl = Callable[[Sequence[ddl.Ddl], str, int], None]
 class TargetTables:
     """The tables of one target as the applier binds to them, by source schema and table."""
 
-    def __init__(self, dialect: str, target: str, create_tables: bool,
-                 statements_applied: bool, connection: Callable[[], sa.Connection],
-                 classify: Classify, run_ddl: RunDdl) -> None:
-        self.dialect = dialect
-        self.target = target
+    def __init__(self, ctx: TargetContext, create_tables: bool, statements_applied: bool,
+                 run_ddl: RunDdl) -> None:
+        self.ctx = ctx
         self.create_tables = create_tables
         #: Statement events are replayed on this target (its tables come from them).
         self.statements_applied = statements_applied
-        #: The open block's connection.
-        self._db = connection
-        self._classify = classify
         self._run_ddl = run_ddl
         self._tables: dict[tuple[str, str], TargetTable] = {}
 
@@ -64,7 +59,7 @@ class TargetTables:
                     hint = "" if self.statements_applied else (
                         "; create it there (statements are not applied to this target)")
                     raise DataError(f"table {change.schema}.{change.table} does not exist on "
-                                    f"{self.target}" + hint, seqno=seqno)
+                                    f"{self.ctx.target}" + hint, seqno=seqno)
                 found = self._create(change.schema, change.table, specs, seqno)
             self._tables[key] = found
         if self.create_tables:
@@ -74,11 +69,11 @@ class TargetTables:
     def reflect(self, schema: str, table: str) -> TargetTable | None:
         """The target table as it is now; None if there is none."""
         try:
-            columns = sa.inspect(self._db()).get_columns(table, schema=schema)
+            columns = sa.inspect(self.ctx.db).get_columns(table, schema=schema)
         except sa_exc.NoSuchTableError:
             return None
         except sa_exc.DBAPIError as exc:
-            raise self._classify(exc, f"reading the columns of {schema}.{table}") from exc
+            raise self.ctx.classify(exc, f"reading the columns of {schema}.{table}") from exc
         sources = {}
         for c in columns:
             source = ddl.SourceType.from_comment(c.get("comment"))
@@ -94,12 +89,12 @@ class TargetTables:
         """Create the table of a row image (and its schema); the table as reflected."""
         where = f"{schema}.{name}"
         try:
-            table = ddl.new_table(schema, name, specs, self._db().dialect)
+            table = ddl.new_table(schema, name, specs, self.ctx.db.dialect)
         except UnmappedType as exc:
-            raise DataError(f"{self.target}: cannot create {where} for seqno {seqno}: {exc}; "
+            raise DataError(f"{self.ctx.target}: cannot create {where} for seqno {seqno}: {exc}; "
                             "create it by hand", seqno=seqno) from exc
-        self._run_ddl(ddl.create_statements(table, self._db().dialect), where, seqno)
-        log.info("%s: created %s from the THL (seqno %d): %d column(s)%s", self.target, where,
+        self._run_ddl(ddl.create_statements(table, self.ctx.db.dialect), where, seqno)
+        log.info("%s: created %s from the THL (seqno %d): %d column(s)%s", self.ctx.target, where,
                  seqno, len(specs), ", primary key " + ", ".join(
                      s.name for s in specs if s.primary_key) if any(
                      s.primary_key for s in specs) else ", no primary key")
@@ -108,7 +103,7 @@ class TargetTables:
     def _reflected(self, schema: str, name: str, seqno: int) -> TargetTable:
         found = self.reflect(schema, name)
         if found is None:
-            raise DataError(f"{self.target}: {schema}.{name} is not there right after it was "
+            raise DataError(f"{self.ctx.target}: {schema}.{name} is not there right after it was "
                             f"created or altered (seqno {seqno})", seqno=seqno)
         return found
 
@@ -127,25 +122,25 @@ class TargetTables:
         dropped = [c for c in found.sources if c not in names and c not in found.generated]
         if dropped:
             raise DataError(
-                f"{self.target}: {where} has column(s) {', '.join(dropped)} that the row "
+                f"{self.ctx.target}: {where} has column(s) {', '.join(dropped)} that the row "
                 f"image of seqno {seqno} lacks: dropped on the source? The target keeps "
                 "them, so nothing is written without them. Drop them on the target (or "
                 "clear their comment to keep them, filled by their default), then put the "
                 "group online", seqno=seqno)
-        table = ddl.new_table(found.schema, found.name, [], self._db().dialect)
+        table = ddl.new_table(found.schema, found.name, [], self.ctx.db.dialect)
         try:
             statements = self._alterations(found, specs, table, seqno)
         except UnmappedType as exc:
-            raise DataError(f"{self.target}: cannot evolve {where} for seqno {seqno}: {exc}",
+            raise DataError(f"{self.ctx.target}: cannot evolve {where} for seqno {seqno}: {exc}",
                             seqno=seqno) from exc
         if statements:
             self._run_ddl(statements, where, seqno)
-            log.info("%s: %s follows the source at seqno %d: %s", self.target, where, seqno,
-                     "; ".join(ddl.ddl_text(statements, self._db().dialect)))
+            log.info("%s: %s follows the source at seqno %d: %s", self.ctx.target, where, seqno,
+                     "; ".join(ddl.ddl_text(statements, self.ctx.db.dialect)))
             if any(isinstance(s, str) and " ADD " in s for s in statements):
                 log.warning("%s: %s: columns added at seqno %d are NULL in the rows the "
                             "target already had, whatever DEFAULT the source gave them",
-                            self.target, where, seqno)
+                            self.ctx.target, where, seqno)
             found = self._reflected(found.schema or "", found.name, seqno)
             self._tables[(found.schema or "", found.name)] = found
         found.checked.add(layout)
@@ -156,7 +151,7 @@ class TargetTables:
         """The DDL that adds the columns ``found`` lacks and widens the ones whose source type
         widened; DataError for a column narrowed or changed on the source."""
         where = found.qualified
-        dialect = self._db().dialect
+        dialect = self.ctx.db.dialect
         statements: list[ddl.Ddl] = []
         for spec in specs:
             if spec.name not in found.types:
@@ -177,7 +172,7 @@ class TargetTables:
             elif change is not ddl.Change.SAME:
                 how = "narrowed" if change is ddl.Change.NARROWER else "changed type"
                 raise DataError(
-                    f"{self.target}: column {spec.name} of {where} {how} on the source "
+                    f"{self.ctx.target}: column {spec.name} of {where} {how} on the source "
                     f"from {old} to {new} (seqno {seqno}): the source rewrote its rows "
                     "without row events, so the target may hold values the source no "
                     "longer has. Fix the column on the target (its type, its values and "
@@ -188,4 +183,4 @@ class TargetTables:
     def _column_name(self, reflected: str) -> str:
         # SQLAlchemy's MySQL reflection parses SHOW CREATE TABLE and keeps a backtick inside
         # a name doubled (`back``tick` comes back as "back``tick").
-        return reflected.replace("``", "`") if self.dialect in MYSQL_FAMILY else reflected
+        return reflected.replace("``", "`") if self.ctx.dialect in MYSQL_FAMILY else reflected

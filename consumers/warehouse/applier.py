@@ -309,8 +309,8 @@ class WarehouseApplier:
                 return
             columns = {name: kind for name, (_, kind) in schema.items()}
             yield from readback.read_range(self.spark, ref, columns, check,
-                                         history=self.cfg.keyless == "history"
-                                         and not check.key)
+                                           history=self.cfg.keyless == "history"
+                                           and not check.key)
         except ConsumerError:
             raise
         except Exception as exc:
