@@ -21,11 +21,7 @@ import time
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AdminClient,
-    NewTopic,
-    OffsetSpec,
-)
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # type: ignore[attr-defined]
 
 from consumers.changes.config import ChangesTarget
 from consumers.errors import TransientError
@@ -127,7 +123,7 @@ class TopicAdmin:
                     return f"partition {tp.partition}: {err.str()}"
                 # An answer that no waiting changes (a broker without ListOffsets v1, no
                 # DESCRIBE right): go on; the block's delivery reports are checked before it
-                # commits (ChangesApplier), which still catches a record lost this way.
+                # commits (transaction.py), which still catches a record lost this way.
                 log.warning("%s: cannot tell whether the leaders of topic %s serve it yet "
                             "(ListOffsets: %s); producing to it anyway (seqno %d)",
                             self.target, topic, err.str(), seqno)

@@ -75,13 +75,7 @@ from consumers.elasticsearch.naming import (
     index_name,
 )
 from consumers.elasticsearch.positions import Expected, TrackingIndex
-from consumers.elasticsearch.types import (
-    APPLIED_FRAGNO,
-    APPLIED_SEQNO,
-    DELETED,
-    ROWS,
-    dumps,
-)
+from consumers.elasticsearch.types import APPLIED_FRAGNO, APPLIED_SEQNO, DELETED, ROWS, dumps
 from consumers.errors import DataError, TransientError
 from consumers.heartbeat import Heartbeat
 from consumers.position import Position

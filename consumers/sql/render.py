@@ -1,6 +1,6 @@
 """Statement text with its values in it, rendered on the client as the driver would.
 
-The SQL applier sends a block's statements as one text per round trip (``applier._send``),
+The SQL applier sends a block's statements as one text per round trip (``batches.py``),
 so every row's values are rendered into SQL literals on the client. The drivers' own
 ``mogrify`` parses the statement and looks up an adapter for every value, every row: on
 PostgreSQL that costs about 5 us a row of four columns, more than the rest of the row's
