@@ -37,7 +37,7 @@ import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from consumers.changes.reader import messages
+from consumers.changes.readback import messages
 from replicator.control import ComponentNodes
 from replicator.zk import connect
 from stack.services.apicurio import service as apicurio

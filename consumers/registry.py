@@ -1,9 +1,11 @@
 """The one registry of applier types: the configuration model and the factory of each ``type``.
 
-A new kind of target is one folder under ``consumers/`` (config, applier, type map, errors)
-and one entry here; the runtime reads the applier's capabilities and never asks which kind it
-is. Applier modules are imported only when a group of their type is built, so a service with
-SQL targets never imports pyspark or the Elasticsearch client.
+A new kind of target is one folder under ``consumers/`` (``config.py``, ``types.py``,
+``naming.py``, ``positions.py``, ``readback.py``, ``errors.py``, ``applier.py``: the same
+names in every kind, for the parts it has) and one entry here; the runtime reads the
+applier's capabilities and never asks which kind it is. Applier modules are imported only
+when a group of their type is built, so a service with SQL targets never imports pyspark or
+the Elasticsearch client.
 """
 
 from __future__ import annotations

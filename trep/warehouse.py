@@ -112,7 +112,7 @@ def version(cfg: ServiceConfig, group: str | None, table: str, seqno: int,
     """The Delta version of a table that holds SEQNO (time travel by seqno)."""
     from consumers.warehouse import session as spark_sessions
     from consumers.warehouse.history import commit_ranges, version_for_seqno
-    from consumers.warehouse.merge import table_ref
+    from consumers.warehouse.naming import table_ref
 
     _, target = _target(cfg, group)
     schema, name = _split(table)

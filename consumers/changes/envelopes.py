@@ -32,7 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from consumers.changes.types import ColumnType, Value, avro_name, avro_namespace, column_type
+from consumers.changes.naming import avro_name, avro_namespace
+from consumers.changes.types import ColumnType, Value, column_type
 from thl_topics.event import ColumnSpec
 
 #: Version written in ``source.version``.

@@ -1,9 +1,4 @@
-"""Change topic names and their creation.
-
-A table's topic comes from the target's template (``{service}.{schema}.{table}`` by default,
-or the first ``topics:`` pattern that matches ``schema.table``). Kafka topic names allow only
-``[A-Za-z0-9._-]``, at most 249 characters: a table whose name the template cannot express is
-a data error naming the table and the seqno, never a silently mangled name.
+"""Change topics' creation (their names: ``naming.py``).
 
 A table with a key gets a compacted topic (``cleanup.policy=compact``: the last value per key
 stays, a tombstone removes the key); a table without one gets ``cleanup.policy=delete`` and
@@ -21,65 +16,23 @@ every partition.
 
 from __future__ import annotations
 
-import fnmatch
 import logging
-import re
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AdminClient,
-    NewTopic,
-    OffsetSpec,
-)
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # type: ignore[attr-defined]
 
 from consumers.changes.config import ChangesTarget
-from consumers.errors import DataError, TransientError
+from consumers.errors import TransientError
 
 log = logging.getLogger(__name__)
-
-_LEGAL = re.compile(r"[A-Za-z0-9._-]{1,249}\Z")
 
 #: What a partition's ListOffsets answers while its leader is not serving it yet.
 _NOT_SERVED_YET = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
                    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.REPLICA_NOT_AVAILABLE,
                    KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.FENCED_LEADER_EPOCH,
                    KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.OFFSET_NOT_AVAILABLE)
-
-
-class TopicNames:
-    """The topic of each table, from the target's templates."""
-
-    def __init__(self, cfg: ChangesTarget, service: str) -> None:
-        self.cfg = cfg
-        self.service = service
-        self._cache: dict[tuple[str, str], str] = {}
-
-    def template(self, schema: str, table: str) -> str:
-        """The template that applies to ``schema.table``."""
-        name = f"{schema}.{table}"
-        for pattern, template in self.cfg.topics.items():
-            if fnmatch.fnmatchcase(name, pattern):
-                return template
-        return self.cfg.topic
-
-    def topic(self, schema: str, table: str, seqno: int) -> str:
-        """The table's topic; DataError if it is not a legal Kafka topic name."""
-        found = self._cache.get((schema, table))
-        if found is not None:
-            return found
-        template = self.template(schema, table)
-        name = template.format(service=self.service, schema=schema, table=table)
-        if not _LEGAL.match(name) or name in (".", ".."):
-            raise DataError(
-                f"table {schema}.{table} (seqno {seqno}): the topic template {template!r} "
-                f"gives {name!r}, which is not a Kafka topic name (only A-Z a-z 0-9 . _ -, "
-                f"at most 249 characters). Map the table to a topic with the target's "
-                f"`topics: {{\"{schema}.{table}\": \"...\"}}`, filter it out of this group, "
-                f"or skip the seqno.", seqno=seqno)
-        self._cache[(schema, table)] = name
-        return name
 
 
 class TopicAdmin:
@@ -170,7 +123,7 @@ class TopicAdmin:
                     return f"partition {tp.partition}: {err.str()}"
                 # An answer that no waiting changes (a broker without ListOffsets v1, no
                 # DESCRIBE right): go on; the block's delivery reports are checked before it
-                # commits (ChangesApplier), which still catches a record lost this way.
+                # commits (transaction.py), which still catches a record lost this way.
                 log.warning("%s: cannot tell whether the leaders of topic %s serve it yet "
                             "(ListOffsets: %s); producing to it anyway (seqno %d)",
                             self.target, topic, err.str(), seqno)

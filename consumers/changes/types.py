@@ -33,18 +33,13 @@ BINARY, VARBINARY, BLOB  bytes                           BINARY(n) padded to n b
 
 Zero and partial dates ('0000-00-00', '2024-03-00') have no instant: they become null, as in
 Debezium. Every column is optional in the schema (a new column is then always a
-backward-compatible change), except the key's fields.
-
-Avro names allow only ``[A-Za-z_][A-Za-z0-9_]*``: any other character of a column or topic
-name is written ``_uXXXX`` (UTF-16 code units, Debezium's ``avro_unicode`` adjustment), and
-the field keeps the source name under ``tungsten.column``. JSON keeps the source names.
+backward-compatible change), except the key's fields. Avro field names: ``naming.py``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -60,32 +55,10 @@ Convert = Callable[[ThlValue], Value]
 _EPOCH_DATE = dt.date(1970, 1, 1)
 _EPOCH = dt.datetime(1970, 1, 1)  # noqa: DTZ001 - DATETIME has no zone: counted as UTC
 _JSON_TYPE = {"float32": "float", "float64": "double"}
-_AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_AVRO_CHAR = re.compile(r"[A-Za-z0-9_]")
 
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 #: DECIMAL(65,30) needs more than the default 28 digits.
 _WIDE = decimal.Context(prec=100)
-
-
-def avro_name(name: str) -> str:
-    """``name`` as a legal Avro name: other characters as ``_uXXXX`` (UTF-16 units)."""
-    if _AVRO_NAME.match(name):
-        return name
-    out = []
-    for i, ch in enumerate(name):
-        if _AVRO_CHAR.match(ch) and not (i == 0 and ch.isdigit()):
-            out.append(ch)
-            continue
-        units = ch.encode("utf-16-be")
-        out.extend(f"_u{int.from_bytes(units[j:j + 2], 'big'):04x}"
-                   for j in range(0, len(units), 2))
-    return "".join(out) or "_"
-
-
-def avro_namespace(name: str) -> str:
-    """A dotted name (a topic) as an Avro namespace: each part a legal Avro name."""
-    return ".".join(avro_name(part) for part in name.split("."))
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,14 @@ def error_type(result: dict[str, Any]) -> str:
     return str(error.get("type", "")) if isinstance(error, dict) else ""
 
 
+def error_kind(exc: ApiError) -> str:
+    """The ``error.type`` of a failed request ('' if none)."""
+    body = exc.body
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return str(body["error"].get("type", ""))
+    return ""
+
+
 def reason(result: dict[str, Any]) -> str:
     """The error of a bulk item (or of an error body) in one line: type, reason, cause."""
     error = result.get("error", result)

@@ -38,12 +38,17 @@ GEOMETRY                                                       n bytes)
 
 Zero dates ("0000-00-00") have no date in Elasticsearch: the server refuses the document and
 the group stops at that seqno with a data error naming the table and the column.
+
+Besides the columns, a document holds the fields the applier adds (``INTERNAL_FIELDS``, and
+the chosen ``DOCUMENT_FIELDS``); a source column of one of those names is refused.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import datetime as dt
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +65,33 @@ DATETIME_FORMAT = "yyyy-MM-dd HH:mm:ss.SSSSSS||yyyy-MM-dd HH:mm:ss"
 #: keyword subfields index this many characters at most (longer values stay searchable as
 #: text; Lucene refuses terms above 32766 bytes).
 KEYWORD_IGNORE_ABOVE = 256
+
+#: Fields the applier itself puts in documents (a source column of that name is refused).
+DELETED = "_deleted"
+ROWS = "_rows"
+APPLIED_SEQNO = "_applied_seqno"
+APPLIED_FRAGNO = "_applied_fragno"
+INTERNAL_FIELDS: dict[str, dict[str, Any]] = {
+    DELETED: {"type": "boolean"}, ROWS: {"type": "long"},
+    APPLIED_SEQNO: {"type": "long"}, APPLIED_FRAGNO: {"type": "integer"},
+}
+DOCUMENT_FIELDS: dict[str, dict[str, Any]] = {
+    "source_schema": {"type": "keyword"}, "source_table": {"type": "keyword"},
+    "committime": {"type": "date"}, "seqno": {"type": "long"},
+}
+#: One encoder for every document (``json.dumps`` with options builds one per call).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def dumps(value: Any) -> bytes:
+    """A document (or a bulk action) as the JSON bytes of one line of a bulk request."""
+    return _ENCODER.encode(value).encode()
+
+
+def iso(moment: dt.datetime) -> str:
+    """A moment as a date field's value: ISO-8601 in UTC, microseconds."""
+    return moment.astimezone(dt.UTC).isoformat(timespec="microseconds")
+
 
 #: (signed, unsigned) mapping of each integer type.
 _INTEGERS: dict[str, tuple[str, str]] = {

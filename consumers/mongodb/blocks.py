@@ -18,14 +18,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import bson
 from bson.errors import InvalidDocument
 from bson.int64 import Int64
 from bson.raw_bson import RawBSONDocument
 
+from consumers.mongodb.naming import Namespace
 from consumers.mongodb.types import DELETED, ID, OP, SEQNO
+
+if TYPE_CHECKING:
+    from pymongo import MongoClient
+    from pymongo.client_session import ClientSession
+    from pymongo.database import Database
+
+#: A document as pymongo returns it.
+RawDoc = dict[str, Any]
 
 #: Bytes of documents in one write command at most (a command is at most 16 MiB + 16 KiB).
 COMMAND_BYTES = 8 * 1024 * 1024
@@ -37,16 +46,6 @@ class Unencodable(ValueError):
     def __init__(self, write: Write, why: str) -> None:
         super().__init__(why)
         self.write = write
-
-
-class Namespace(NamedTuple):
-    """Where a table's documents live."""
-
-    database: str
-    collection: str
-
-    def __str__(self) -> str:
-        return f"{self.database}.{self.collection}"
 
 
 @dataclass(slots=True)
@@ -230,3 +229,11 @@ def fresh(writes: Iterable[Write], stored: Mapping[Any, int]) -> list[Write]:
     """The writes the target does not hold yet: ``stored`` maps ``key_of(_id)`` to the
     document's ``_seqno``; a write at or below it was applied before (a replay)."""
     return [w for w in writes if stored.get(key_of(w.ident), -1) < w.seqno]
+
+
+def update(client: MongoClient[RawDoc], ns: Namespace, specs: list[dict[str, Any]],
+           session: ClientSession | None) -> RawDoc:
+    """One ordered ``update`` command of write specs (``Write.spec``) in ``ns``; its reply."""
+    db: Database[RawDoc] = client[ns.database]
+    return db.command({"update": ns.collection, "updates": specs, "ordered": True},
+                      session=session)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from bson.errors import InvalidDocument
 from pymongo.errors import (
@@ -15,6 +16,8 @@ from pymongo.errors import (
 )
 
 from consumers.errors import ConsumerError, DataError, TerminalError, TransientError
+
+_T = TypeVar("_T")
 
 #: Duplicate key: for a guarded write, "the document is already at this seqno or newer".
 DUPLICATE_KEY = 11000
@@ -58,3 +61,31 @@ def classify(exc: PyMongoError | InvalidDocument, target: str, doing: str, seqno
     if isinstance(exc, ConfigurationError):
         return TerminalError(message, seqno=seqno, event_id=event_id)
     return TransientError(message, seqno=seqno, event_id=event_id)
+
+
+def classified(call: Callable[[], _T], target: str, doing: str, seqno: int = -1,
+               event_id: str = "") -> _T:
+    """``call()`` with a pymongo error as the consumer error it is."""
+    try:
+        return call()
+    except PyMongoError as exc:
+        raise classify(exc, target, doing, seqno, event_id) from exc
+
+
+class Located(Protocol):
+    """What a data error is located by: an event, a write, a keyless change."""
+
+    @property
+    def seqno(self) -> int: ...
+
+    @property
+    def event_id(self) -> str: ...
+
+
+def data_error(target: str, at: Located, table: str, column: str | None, why: str
+               ) -> DataError:
+    """A row of ``table`` (a ``column`` of it) that cannot be written, and why."""
+    where = f"seqno {at.seqno} (event {at.event_id}), table {table}"
+    if column is not None:
+        where += f", column {column}"
+    return DataError(f"{target}: {where}: {why}", seqno=at.seqno, event_id=at.event_id)

@@ -1,4 +1,4 @@
-"""The MongoDB type map: THL column values into BSON values, exactly, and names into names.
+"""The MongoDB type map: THL column values into BSON values, exactly.
 
 Every value keeps its exact meaning; where BSON has no exact type, the value is the text
 MySQL itself prints, never a rounded one.
@@ -31,10 +31,8 @@ GEOMETRY                    0x00 padding
 NULL                        null
 ==========================  ==============================================================
 
-Names: with ``escape_names`` (the default) collection and field names percent-encode the
-characters that MongoDB or FerretDB cannot take there (``%`` ``$`` ``.`` ``"`` ``\\`` and
-control characters); without it, such a name is refused. Keys inside a JSON value are data
-and are never changed: a key MongoDB refuses (``$`` first, a ``.``, U+0000) is a data error.
+Keys inside a JSON value are data and are never changed: a key MongoDB refuses (``$`` first,
+a ``.``, U+0000) is a data error. Collection and field names: ``naming.py``.
 """
 
 from __future__ import annotations
@@ -61,8 +59,6 @@ DECIMAL128_DIGITS = 34
 #: BSON nesting MongoDB accepts (documents inside documents).
 MAX_DEPTH = 100
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-#: Characters percent-encoded in collection and field names (see the module docstring).
-_ESCAPED = frozenset('%$."\\') | frozenset(chr(c) for c in range(0x20)) | {"\x7f"}
 
 
 class ValueRefused(ValueError):
@@ -80,34 +76,7 @@ class TypeOptions:
     decimal128: bool = True
 
 
-# -- names ---------------------------------------------------------------------------------
-
-def escape_name(name: str) -> str:
-    """``name`` with the characters no server takes percent-encoded (``a.b`` -> ``a%2Eb``)."""
-    if not any(ch in _ESCAPED for ch in name):
-        return name
-    return "".join(f"%{ord(ch):02X}" if ch in _ESCAPED else ch for ch in name)
-
-
-def field_name(column: str, escape: bool) -> str:
-    """The document field of a column: escaped, and never one of the applier's own fields."""
-    name = escape_name(column) if escape else column
-    if escape and name in RESERVED:
-        return "%5F" + name[1:]
-    return name
-
-
-def refused_field(name: str, ferretdb: bool) -> str | None:
-    """Why a (verbatim) top-level field name cannot be stored, or None if it can."""
-    if name in RESERVED:
-        return f"it is one of the applier's own fields ({', '.join(sorted(RESERVED))})"
-    problem = refused_key(name)
-    if problem is None and ferretdb and any(ch in '"\\' or ord(ch) < 0x20 for ch in name):
-        # FerretDB 1.24 (SQLite) breaks on these in top-level keys: '"' fails the insert,
-        # '\\' and control characters make every later read of the collection fail.
-        problem = "FerretDB cannot take '\"', '\\' or control characters in a top-level field"
-    return problem
-
+# -- keys ----------------------------------------------------------------------------------
 
 def refused_key(key: str) -> str | None:
     """Why a document key cannot be stored on MongoDB, or None if it can."""
@@ -117,33 +86,6 @@ def refused_key(key: str) -> str | None:
         return "it starts with '$' (MongoDB reserves it for operators)"
     if "." in key:
         return "it contains '.' (MongoDB reads it as a path)"
-    return None
-
-
-def database_problem(name: str, ferretdb: bool) -> str | None:
-    """Why ``name`` cannot be a database name on the server, or None if it can."""
-    if not name:
-        return "it is empty"
-    if len(name.encode()) > 63:
-        return "it is longer than 63 bytes"
-    bad = sorted({ch for ch in name if ch in '/\\. "$*<>:|?' or ch == "\x00"})
-    if bad:
-        return f"it contains {' '.join(repr(ch) for ch in bad)}"
-    if ferretdb and not all(ch.isascii() and (ch.isalnum() or ch in "_-") for ch in name):
-        return "FerretDB takes only ASCII letters, digits, '_' and '-' in database names"
-    return None
-
-
-def collection_problem(database: str, name: str) -> str | None:
-    """Why ``name`` cannot be a collection name, or None if it can."""
-    if not name:
-        return "it is empty"
-    if "$" in name or "\x00" in name:
-        return "it contains '$' or U+0000"
-    if name.startswith("system."):
-        return "names starting with 'system.' belong to the server"
-    if len(f"{database}.{name}".encode()) > 255:
-        return "database and collection together are longer than 255 bytes"
     return None
 
 

@@ -1,6 +1,6 @@
 """Statement text with its values in it, rendered on the client as the driver would.
 
-The SQL applier sends a block's statements as one text per round trip (``applier._send``),
+The SQL applier sends a block's statements as one text per round trip (``batches.py``),
 so every row's values are rendered into SQL literals on the client. The drivers' own
 ``mogrify`` parses the statement and looks up an adapter for every value, every row: on
 PostgreSQL that costs about 5 us a row of four columns, more than the rest of the row's
@@ -15,6 +15,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import psycopg
+import sqlalchemy as sa
 
 #: A parameter of a compiled statement: ``%(name)s`` (named) or ``%s`` (positional).
 _PARAM = re.compile(r"%\((\w+)\)s|%s|%%")
@@ -118,3 +121,12 @@ def _one_by_one(cursor: Any) -> Literal:
     def literal(value: object) -> str:
         return mogrify("%s", (value,))
     return literal
+
+
+def client_cursor(conn: sa.Connection, dialect: str) -> Any:
+    """A cursor of ``conn`` that binds on the client (``mogrify``) and reads several results
+    (the driver's: psycopg's ``ClientCursor`` on PostgreSQL, PyMySQL's cursor)."""
+    raw = conn.connection.dbapi_connection
+    if dialect == "postgresql":
+        return psycopg.ClientCursor(raw)  # type: ignore[call-overload]
+    return raw.cursor()  # type: ignore[union-attr]

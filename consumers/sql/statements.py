@@ -92,7 +92,7 @@ class RowStatements:
         if rowid is None:
             raise NotImplementedError(f"no single-row address for dialect {self.dialect}")
         # LIMIT as literal text, not a bound parameter: the statement is also rendered by
-        # the driver with the row's parameters only (consumers.sql.applier's queued path).
+        # the driver with the row's parameters only (consumers.sql.batches' queued path).
         one = (sa.select(sa.literal_column(rowid)).select_from(t).where(match)
                .limit(sa.literal_column("1", sa.Integer)).scalar_subquery())
         return stmt.where(sa.literal_column(rowid) == one)

@@ -20,7 +20,7 @@ Provisioning (``consumers.provisioning``): a table's first provisioned chunk emp
 Delta table inside the chunk's own MERGE (``Segment.truncate``); chunks and ``provisioning``
 row changes are upserts already.
 
-Consistency checks (``checks.py``): a checked range is read back from its Delta table as
+Consistency checks (``readback.py``): a checked range is read back from its Delta table as
 THL values, after every earlier seqno committed; results go to the Delta ``consistency``
 table. Parallel channels are not supported (``Capabilities.channels`` False).
 
@@ -48,13 +48,13 @@ from consumers.errors import (
 from consumers.heartbeat import Heartbeat
 from consumers.position import Position
 from consumers.registry import ApplierContext
-from consumers.warehouse import checks
+from consumers.warehouse import readback
 from consumers.warehouse import session as spark_sessions
 from consumers.warehouse.config import WarehouseTarget
 from consumers.warehouse.errors import classify
 from consumers.warehouse.merge import DeltaWriter
+from consumers.warehouse.positions import DeltaTracking
 from consumers.warehouse.staging import BatchStager, Segment, StagingArea, StagingError
-from consumers.warehouse.tracking import DeltaTracking
 from replicator import crashpoints
 from replicator.progress import CatchUp
 from thl_topics.errors import ThlError
@@ -298,7 +298,7 @@ class WarehouseApplier:
     # -- consistency checks -----------------------------------------------------------------
 
     def read_range(self, check: CheckRange) -> Iterator[list[ThlValue]]:
-        """The Delta table's rows of a checked range, as THL values (``checks.py``)."""
+        """The Delta table's rows of a checked range, as THL values (``readback.py``)."""
         writer = self.writer
         ref = writer.resolve(check.schema, check.table)
         try:
@@ -308,9 +308,9 @@ class WarehouseApplier:
             if schema is None:
                 return
             columns = {name: kind for name, (_, kind) in schema.items()}
-            yield from checks.read_range(self.spark, ref, columns, check,
-                                         history=self.cfg.keyless == "history"
-                                         and not check.key)
+            yield from readback.read_range(self.spark, ref, columns, check,
+                                           history=self.cfg.keyless == "history"
+                                           and not check.key)
         except ConsumerError:
             raise
         except Exception as exc:

@@ -7,12 +7,12 @@ JVM can map those classes from an archive instead (JDK 13+ "dynamic CDS": writte
 of a JVM run with ``-XX:ArchiveClassesAtExit``, used with ``-XX:SharedArchiveFile``).
 
 With ``spark.class_archive: auto`` (the default) a process that starts Spark and finds no
-archive for its JVM, Spark and jars starts :func:`build` in the background, in a child
-process of its own; from then on every driver start maps the archive. Nothing depends on
-it: a JVM that cannot use an archive (another JDK, another classpath, a damaged file) warns
-in Spark's output and loads its classes the usual way. A build that failed leaves
-``<key>.failed`` (its log) beside where the archive would be, and is not tried again until
-that file is removed.
+archive for its JVM, Spark and jars starts a build in the background, in a child process
+of its own (``class_archive_build.py``); from then on every driver start maps the archive.
+Nothing depends on it: a JVM that cannot use an archive (another JDK, another classpath, a
+damaged file) warns in Spark's output and loads its classes the usual way. A build that
+failed leaves ``<key>.failed`` (its log) beside where the archive would be, and is not tried
+again until that file is removed.
 
 The archives live in ``$TREP_CACHE_DIR/spark-class-archive`` (default
 ``~/.cache/tungsten-kafka``), one per key (about 180 MB each); a new one's build deletes
@@ -21,7 +21,6 @@ all but the two newest.
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import hashlib
 import json
@@ -33,14 +32,14 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from typing import IO
 
 log = logging.getLogger(__name__)
 
 DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
+#: The module a background build runs (``python -m``); it starts Spark, so it is named here,
+#: not imported: the session module imports this one.
+BUILDER = "consumers.warehouse.class_archive_build"
 
 
 def archive_dir() -> Path:
@@ -111,23 +110,26 @@ def use(conf: Mapping[str, str], setting: str) -> dict[str, str]:
         return dict(conf)
     if path.exists():
         return with_option(conf, f"-XX:SharedArchiveFile={path}")
-    if not _failed(path).exists():
+    if not failed_path(path).exists():
         _build_in_background(conf, path)
     return dict(conf)
 
 
-def _failed(path: Path) -> Path:
+def failed_path(path: Path) -> Path:
+    """Where a failed build of ``path`` leaves its log (no build is tried again while it is
+    there)."""
     return path.with_suffix(".failed")
 
 
-def _lock(path: Path) -> Path:
+def lock_path(path: Path) -> Path:
+    """The file whose lock a build of ``path`` holds."""
     return path.with_suffix(".lock")
 
 
 def _being_built(path: Path) -> bool:
     """True while another process holds the archive's build lock."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _lock(path).open("a") as handle:  # closing it releases a lock taken here
+    with lock_path(path).open("a") as handle:  # closing it releases a lock taken here
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -136,7 +138,8 @@ def _being_built(path: Path) -> bool:
 
 
 def _build_in_background(conf: Mapping[str, str], path: Path) -> None:
-    """Start :func:`main` in its own session: it outlives this process if need be."""
+    """Start the builder (``BUILDER``) in its own session: it outlives this process if need
+    be."""
     if _being_built(path):
         return
     with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".conf.json",
@@ -146,47 +149,9 @@ def _build_in_background(conf: Mapping[str, str], path: Path) -> None:
              "(later starts map it)", path)
     out: IO[bytes]
     with path.with_suffix(".log").open("ab") as out:
-        subprocess.Popen([sys.executable, "-m", __name__, str(path), spec.name],
+        subprocess.Popen([sys.executable, "-m", BUILDER, str(path), spec.name],
                          stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                          start_new_session=True, env=dict(os.environ))
-
-
-def build(conf: Mapping[str, str], path: Path) -> bool:
-    """Write the archive for ``conf`` at ``path`` (a JVM run with a small Delta workload);
-    True when it is there afterwards. Waits while another process builds it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _lock(path).open("a") as handle:  # closing it releases the lock
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        return path.exists() or _build_locked(conf, path)
-
-
-def _build_locked(conf: Mapping[str, str], path: Path) -> bool:
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    from consumers.warehouse import session as spark_sessions
-    from consumers.warehouse.config import SparkSettings
-
-    settings = SparkSettings(master="local[1]", app_name="tungsten-class-archive",
-                             class_archive="off",
-                             conf=with_option(conf, f"-XX:ArchiveClassesAtExit={partial} "
-                                                   "-Xlog:cds=off -Xlog:cds+dynamic=off"))
-    try:
-        spark = spark_sessions.acquire(settings)
-        with tempfile.TemporaryDirectory(prefix="class-archive-") as work:
-            _workload(spark, Path(work))
-            spark_sessions.release(spark)
-        spark_sessions.end_jvm(600)  # the JVM writes the archive as it exits
-        if not partial.exists() or partial.stat().st_size == 0:
-            raise RuntimeError(f"the JVM wrote no archive at {partial}")
-        os.replace(partial, path)
-        _failed(path).unlink(missing_ok=True)
-        prune(path.parent)
-        log.info("class-data archive written: %s (%d MB)", path, path.stat().st_size >> 20)
-        return True
-    except Exception as exc:
-        log.exception("building the class-data archive %s failed", path)
-        _failed(path).write_text(f"{type(exc).__name__}: {exc}\n")
-        partial.unlink(missing_ok=True)
-        return False
 
 
 def prune(folder: Path, keep: int = 2) -> list[Path]:
@@ -199,66 +164,3 @@ def prune(folder: Path, keep: int = 2) -> list[Path]:
         for suffix in (".lock", ".log", ".failed"):
             old.with_suffix(suffix).unlink(missing_ok=True)
     return archives[keep:]
-
-
-def _workload(spark: SparkSession, work: Path) -> None:
-    """What a warehouse block does, in small: CSV staging read with a schema and casts,
-    last change per key, a checkpoint, MERGE and append into Delta with a transaction id
-    and commit metadata, history and reads back."""
-    csv = work / "staged.csv"
-    csv.write_text("I\x011\x010\x012026-01-01 00:00:00\x011\x01x\x01AAE=\x011.50\n"
-                   "UI\x012\x010\x012026-01-01 00:00:01\x011\x01y\x01\x012.25\n"
-                   "D\x013\x010\x012026-01-01 00:00:02\x012\x01\x01\x01\n")
-    schema = ("op STRING, seqno BIGINT, rw INT, ts STRING, id STRING, v STRING, b STRING, "
-              "d STRING")
-    raw = spark.read.schema(schema).option("sep", "\x01").option("escape", '"').csv(
-        csv.as_uri())
-    raw.createOrReplaceTempView("staged")
-    typed = spark.sql(
-        "SELECT op, seqno, rw, CAST(ts AS TIMESTAMP) AS ts, CAST(id AS BIGINT) AS id, v, "
-        "unbase64(b) AS b, CAST(d AS DECIMAL(38,10)) AS d FROM ("
-        "SELECT *, row_number() OVER (PARTITION BY id ORDER BY seqno DESC, rw DESC) AS n "
-        "FROM staged) WHERE n = 1").localCheckpoint(eager=True)
-    typed.createOrReplaceTempView("src")
-    table = (work / "t").as_uri()
-    spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT, v STRING, b BINARY, "
-              "d DECIMAL(38,10), ts TIMESTAMP, _seqno BIGINT) USING delta "
-              "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
-    conf = spark.conf
-    conf.set("spark.databricks.delta.write.txnAppId", "tungsten.class-archive")
-    conf.set("spark.databricks.delta.write.txnVersion", "3")
-    conf.set("spark.databricks.delta.commitInfo.userMetadata", '{"low":1,"high":3}')
-    spark.sql(f"MERGE INTO delta.`{table}` t USING src s ON t.id = s.id "
-              "WHEN MATCHED AND s.op = 'D' AND t._seqno < s.seqno THEN DELETE "
-              "WHEN MATCHED AND t._seqno < s.seqno THEN UPDATE SET v = s.v, b = s.b, "
-              "d = s.d, ts = s.ts, _seqno = s.seqno "
-              "WHEN NOT MATCHED AND s.op <> 'D' THEN INSERT (id, v, b, d, ts, _seqno) "
-              "VALUES (s.id, s.v, s.b, s.d, s.ts, s.seqno)")
-    for key in ("write.txnAppId", "write.txnVersion", "commitInfo.userMetadata"):
-        conf.unset(f"spark.databricks.delta.{key}")
-    spark.createDataFrame([(1, "x")], "seqno BIGINT, v STRING").write.format("delta").mode(
-        "append").save((work / "position").as_uri())
-    from delta.tables import DeltaTable
-
-    DeltaTable.forPath(spark, table).history().select("version", "userMetadata").collect()
-    spark.read.format("delta").load(table).collect()
-    spark.read.format("delta").load((work / "position").as_uri()).agg({"seqno": "max"}).collect()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m consumers.warehouse.class_archive ARCHIVE CONF_JSON``: build one."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("archive", type=Path)
-    parser.add_argument("conf", type=Path, help="JSON file of the spark.* settings "
-                                                "(deleted once read)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    for noisy in ("py4j", "pyspark"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    conf = json.loads(args.conf.read_text())
-    args.conf.unlink(missing_ok=True)
-    return 0 if build(conf, args.archive) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

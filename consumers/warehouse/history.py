@@ -18,15 +18,16 @@ import json
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from consumers.warehouse.config import WarehouseTarget
-from consumers.warehouse.merge import DeltaWriter, TableRef
+from consumers.warehouse.merge import DeltaWriter
+from consumers.warehouse.naming import TableRef
 from consumers.warehouse.staging import BatchStager, StagingArea
 from thl_topics.changes import ThlGapError
-from thl_topics.event import RowChange
+from thl_topics.event import RowChange, ThlEvent
 from thl_topics.reader import ThlReader
 
 if TYPE_CHECKING:
@@ -130,31 +131,40 @@ def rebuild(spark: SparkSession, kafka: str | Mapping[str, Any], topic: str, sch
         stager.clear()
 
     with ThlReader(kafka, topic) as reader:
-        low, high = reader.watermarks()
-        expected = None
-        for rec in reader.records(low, high):
-            if rec.event is None:
-                raise ThlGapError(f"{topic}: {rec.error}")
-            event = rec.event
-            if event.seqno > seqno:
-                break
-            if expected is not None and event.seqno != expected:
-                raise ThlGapError(f"{topic}: seqno {expected} is missing (found "
-                                  f"{event.seqno}); the THL must be gapless")
-            event.data = [i for i in event.data if isinstance(i, RowChange)
-                          and (i.schema, i.table) == (schema, table)]
+        for event in _table_events(reader, topic, schema, table, seqno):
             stager.add(event)
             if event.last_frag:
-                expected = event.seqno + 1
                 if progress is not None:
                     progress(event.seqno, 0)
                 if stager.rows >= batch_rows:
                     flush()
-        if expected is None or expected <= seqno:
-            raise ThlGapError(f"{topic}: the THL ends at seqno "
-                              f"{(expected or 0) - 1}; seqno {seqno} is not in it")
     if stager.segments:
         flush()
     if staging is None:
         shutil.rmtree(scratch, ignore_errors=True)
     return applied
+
+
+def _table_events(reader: ThlReader, topic: str, schema: str, table: str, seqno: int
+                  ) -> Iterator[ThlEvent]:
+    """The THL's events from its first seqno up to ``seqno``, each with only the row changes
+    of ``schema.table``; ThlGapError where the THL has a gap or ends before ``seqno``."""
+    low, high = reader.watermarks()
+    expected = None
+    for rec in reader.records(low, high):
+        if rec.event is None:
+            raise ThlGapError(f"{topic}: {rec.error}")
+        event = rec.event
+        if event.seqno > seqno:
+            break
+        if expected is not None and event.seqno != expected:
+            raise ThlGapError(f"{topic}: seqno {expected} is missing (found "
+                              f"{event.seqno}); the THL must be gapless")
+        event.data = [i for i in event.data if isinstance(i, RowChange)
+                      and (i.schema, i.table) == (schema, table)]
+        yield event
+        if event.last_frag:
+            expected = event.seqno + 1
+    if expected is None or expected <= seqno:
+        raise ThlGapError(f"{topic}: the THL ends at seqno "
+                          f"{(expected or 0) - 1}; seqno {seqno} is not in it")

@@ -38,8 +38,9 @@ from typing import TYPE_CHECKING, Any
 
 from consumers.errors import DataError
 from consumers.warehouse.config import WarehouseTarget
+from consumers.warehouse.naming import TableRef, quote_name, table_ref
 from consumers.warehouse.staging import Segment, read_options, staging_schema
-from consumers.warehouse.types import cast_expression, holds, path_safe, quote_name, spark_type
+from consumers.warehouse.types import cast_expression, holds, spark_type
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -57,35 +58,6 @@ TABLE_PROPERTIES = {"delta.columnMapping.mode": "name", "delta.enableDeletionVec
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
-
-
-@dataclass(frozen=True)
-class TableRef:
-    """A Delta table: by path (a URI) or by name in Spark's catalog."""
-
-    source: str
-    path: str | None = None
-    name: str | None = None
-
-    @property
-    def sql(self) -> str:
-        if self.path is not None:
-            return "delta." + quote_name(self.path)
-        return ".".join(quote_name(part) for part in (self.name or self.source).split("."))
-
-    def __str__(self) -> str:
-        return self.path or self.name or self.source
-
-
-def table_ref(cfg: WarehouseTarget, schema: str, table: str) -> TableRef:
-    """The Delta table of source table ``schema.table``."""
-    names = {"location": cfg.location, "schema": path_safe(schema), "table": path_safe(table)}
-    if cfg.table_name is not None:
-        return TableRef(f"{schema}.{table}", name=cfg.table_name.format(**names))
-    template = cfg.table_path or "{location}/{schema}/{table}"
-    path = template.format(**names)
-    return TableRef(f"{schema}.{table}",
-                    path=f"file://{path}" if path.startswith("/") else path)
 
 
 @dataclass

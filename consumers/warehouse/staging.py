@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from consumers.provisioning import chunk_of
-from consumers.warehouse.types import ZeroDate, commit_time_text, path_safe, staged_text
+from consumers.warehouse.naming import path_safe
+from consumers.warehouse.types import ZeroDate, commit_time_text, staged_text
 from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent
 
 if TYPE_CHECKING:

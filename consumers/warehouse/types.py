@@ -147,20 +147,3 @@ def commit_time_text(tstamp_micros: int) -> str:
     """A THL commit time (microseconds since the epoch, UTC) as staged text."""
     when = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=tstamp_micros)  # noqa: DTZ001
     return when.strftime("%Y-%m-%d %H:%M:%S.%f")
-
-
-def quote_name(name: str) -> str:
-    """A Spark SQL identifier, quoted with backticks."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def path_safe(name: str) -> str:
-    """A schema or table name as one path segment: [A-Za-z0-9_] kept, every other byte of
-    its UTF-8 form as ``-hh`` (injective: '-' appears only as that escape)."""
-    out = []
-    for ch in name:
-        if ch.isascii() and (ch.isalnum() or ch == "_"):
-            out.append(ch)
-        else:
-            out.extend(f"-{b:02x}" for b in ch.encode())
-    return "".join(out) or "-"

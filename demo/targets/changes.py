@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from confluent_kafka.admin import AdminClient
 
 from consumers.changes.config import ChangesTarget
-from consumers.changes.reader import ChangeReader, materialize
+from consumers.changes.readback import ChangeReader, materialize
 from demo.compare import Digest, digest
 from demo.tables import SCHEMA, DemoTable
 from trep.config import ServiceConfig

@@ -9,7 +9,7 @@ from elasticsearch import Elasticsearch
 
 from consumers.elasticsearch.config import ElasticsearchTarget
 from consumers.elasticsearch.naming import TOMBSTONE_SUFFIX, index_name
-from consumers.elasticsearch.reader import read_rows
+from consumers.elasticsearch.readback import read_rows
 from demo.compare import Digest, digest
 from demo.tables import SCHEMA, DemoTable
 from trep.config import ServiceConfig

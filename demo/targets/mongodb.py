@@ -9,9 +9,9 @@ from typing import Any
 from bson.decimal128 import Decimal128
 from pymongo import MongoClient
 
-from consumers.mongodb.applier import namespace
 from consumers.mongodb.config import MongoTarget
-from consumers.mongodb.types import DELETED, field_name
+from consumers.mongodb.naming import field_name, namespace
+from consumers.mongodb.types import DELETED
 from demo.compare import Digest, digest
 from demo.tables import SCHEMA, DemoTable
 from trep.config import ServiceConfig

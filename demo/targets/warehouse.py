@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from consumers.warehouse.config import WarehouseTarget
-from consumers.warehouse.merge import table_ref
+from consumers.warehouse.naming import table_ref
 from demo.compare import Digest, digest
 from demo.tables import SCHEMA, DemoTable
 from stack.services.spark import session

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from consumers.warehouse import class_archive
+from consumers.warehouse import class_archive, class_archive_build
 from consumers.warehouse.session import DEFAULTS
 from replicator.crashpoints import EXIT_STATUS
 from stack.settings import REPO_ROOT
@@ -146,7 +146,7 @@ def _ensure_class_archive(svc: CraftedThl, spark_conf: dict[str, str]) -> str:
     assert path is not None, "no java for Spark"
     spec = svc.config_path.parent / "archive-conf.json"
     spec.write_text(json.dumps(conf))
-    built = subprocess.run([sys.executable, "-m", class_archive.__name__, str(path),
+    built = subprocess.run([sys.executable, "-m", class_archive_build.__name__, str(path),
                             str(spec)], capture_output=True, text=True, timeout=900,
                            env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)), cwd=REPO_ROOT)
     assert built.returncode == 0 and path.exists(), built.stderr[-3000:]

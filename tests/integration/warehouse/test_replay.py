@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from consumers.warehouse.history import commit_ranges, rebuild, version_for_seqno
-from consumers.warehouse.merge import TableRef
+from consumers.warehouse.naming import TableRef
 from stack.settings import REPO_ROOT
 from trep.warehouse import cli as warehouse_cli
 

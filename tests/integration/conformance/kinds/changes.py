@@ -28,8 +28,8 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from consumers.changes.applier import ROW_HEADER, SEQNO_HEADER
-from consumers.changes.reader import ChangeReader, materialize
+from consumers.changes.readback import ChangeReader, materialize
+from consumers.changes.records import ROW_HEADER, SEQNO_HEADER
 from stack.service import Service
 
 from ..tables import HOSTILE, Table

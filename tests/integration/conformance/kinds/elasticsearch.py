@@ -1,7 +1,7 @@
 """The Elasticsearch kind: one index per table, documents read back through their mapping.
 
 Rows are compared exactly: every value is turned back into the source column's value from
-``_source`` (``consumers.elasticsearch.reader``), and both sides then take one form for
+``_source`` (``consumers.elasticsearch.readback``), and both sides then take one form for
 what the two drivers give differently (BIT as bytes or an int, TIMESTAMP naive or in UTC,
 FLOAT as the float32 it is); DECIMAL and floats are compared by their exact text.
 """
@@ -17,7 +17,7 @@ from typing import Any
 from elasticsearch import Elasticsearch
 
 from consumers.elasticsearch.naming import index_name
-from consumers.elasticsearch.reader import read_rows
+from consumers.elasticsearch.readback import read_rows
 from stack.service import Service
 
 from ..tables import Table

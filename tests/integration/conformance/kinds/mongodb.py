@@ -24,7 +24,7 @@ from typing import Any
 from bson.decimal128 import Decimal128
 from pymongo import MongoClient
 
-from consumers.mongodb.types import escape_name, field_name
+from consumers.mongodb.naming import escape_name, field_name
 from stack.service import Service
 
 from ..tables import Table

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from consumers.warehouse.types import path_safe
+from consumers.warehouse.naming import path_safe
 from stack.service import Service
 from stack.services.spark import warehouse_spark
 from stack.settings import RUN_DIR

@@ -16,8 +16,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from consumers.changes.applier import SEQNO_HEADER
-from consumers.changes.reader import messages
+from consumers.changes.readback import messages
+from consumers.changes.records import SEQNO_HEADER
 from stack.settings import REPO_ROOT
 
 from .conftest import ChangeService

@@ -27,9 +27,10 @@ import pytest
 from confluent_kafka import Producer
 
 import consumers.changes.applier as applier_module
-from consumers.changes.applier import SEQNO_HEADER, ChangesApplier
+from consumers.changes.applier import ChangesApplier
 from consumers.changes.config import ChangesTarget
-from consumers.changes.reader import messages
+from consumers.changes.readback import messages
+from consumers.changes.records import SEQNO_HEADER
 from consumers.errors import TransientError
 from consumers.position import Position
 from consumers.registry import ApplierContext

@@ -19,7 +19,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from consumers.changes.applier import ChangesApplier
-from consumers.changes.reader import Change, ChangeReader, materialize
+from consumers.changes.readback import Change, ChangeReader, materialize
 from consumers.errors import PositionConflict
 from consumers.position import Position
 from consumers.registry import ApplierContext

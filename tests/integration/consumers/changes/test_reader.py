@@ -14,8 +14,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from consumers.changes.applier import ROW_HEADER, SEQNO_HEADER
-from consumers.changes.reader import ChangeReader, materialize
+from consumers.changes.readback import ChangeReader, materialize
+from consumers.changes.records import ROW_HEADER, SEQNO_HEADER
 from stack.service import Service
 
 PARTITIONS = 3

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from confluent_kafka.admin import AdminClient
 
-from consumers.changes.reader import messages
+from consumers.changes.readback import messages
 from thl_topics.admin import describe_configs
 
 from .conftest import ChangeService

@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable
 from decimal import Decimal
 
-from consumers.changes.reader import ChangeReader, materialize, messages
+from consumers.changes.readback import ChangeReader, materialize, messages
 
 from .conftest import ChangeService
 

@@ -22,7 +22,7 @@ import yaml
 from elasticsearch import Elasticsearch
 
 from consumers.elasticsearch.naming import TOMBSTONE_SUFFIX, index_name
-from consumers.elasticsearch.reader import read_rows
+from consumers.elasticsearch.readback import read_rows
 from replicator.control import ComponentNodes
 from replicator.zk import connect
 from stack.service import Service

@@ -20,10 +20,10 @@ from consumers.changes.envelopes import (
     committime,
     origin_parts,
 )
+from consumers.changes.naming import TopicNames
 from consumers.changes.positions import decode_position, encode_position
-from consumers.changes.reader import Change, materialize
+from consumers.changes.readback import Change, materialize
 from consumers.changes.serde import JsonSerde, json_text
-from consumers.changes.topics import TopicNames
 from consumers.errors import DataError
 from consumers.position import Position
 from thl_topics.event import ColumnSpec

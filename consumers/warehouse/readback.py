@@ -15,7 +15,7 @@ table is merged into and turns each Delta value back into the form the THL carri
   ``_row``) order into the multiset of live rows (I/UI add a row, D/UD remove one equal
   row), which is what the source's whole-table range counts.
 
-The results go (``tracking.py``) to a Delta ``consistency`` table beside
+The results go (``positions.py``) to a Delta ``consistency`` table beside
 ``trep_commit_seqno``: Tungsten's ``consistency`` columns (seeds/003) plus the group, the
 seqno and the whole result as JSON.
 """
@@ -23,15 +23,15 @@ seqno and the whole result as JSON.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from consumers.check import CheckRange, CheckResult
-from consumers.warehouse.merge import OP, ROW, SEQNO, TableRef
-from consumers.warehouse.types import quote_name, spark_type
+from consumers.check import CheckRange
+from consumers.warehouse.merge import OP, ROW, SEQNO
+from consumers.warehouse.naming import TableRef, quote_name
+from consumers.warehouse.types import spark_type
 from thl_topics.checksum import thl_value_of
 from thl_topics.event import ColumnSpec, ThlValue
 from thl_topics.values import to_thl
@@ -39,10 +39,6 @@ from thl_topics.values import to_thl
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-CONSISTENCY = (
-    "db STRING, tbl STRING, id INT, row_offset BIGINT, row_limit INT, this_crc STRING, "
-    "this_cnt BIGINT, master_crc STRING, master_cnt BIGINT, ts TIMESTAMP, method STRING, "
-    "group_name STRING, seqno BIGINT, result STRING")
 _EXACT_KEY = re.compile(r"(tinyint|smallint|int|bigint|decimal\(\d+,\d+\))")
 _EPOCH = dt.datetime(1970, 1, 1)  # noqa: DTZ001 - the THL's TIMESTAMPs are UTC wall time
 
@@ -134,11 +130,3 @@ def _literal(value: ThlValue, delta_type: str) -> str:
         raise ValueError(f"not a number: {text!r}")
     return f"CAST('{text}' AS {delta_type.upper()})"
 
-
-def consistency_row(group: str, result: CheckResult) -> tuple[Any, ...]:
-    """The ``consistency`` table's row of a checked range (``CONSISTENCY`` columns)."""
-    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-    return (result.schema, result.table, result.range, result.range * result.limit,
-            result.limit, result.target_digest[:40], result.target_count,
-            result.source_digest[:40], result.source_count, now, result.method, group,
-            result.seqno, json.dumps(result.to_json()))

@@ -129,7 +129,7 @@ def test_char_lengths_come_from_bytes_never_too_narrow() -> None:
 
 
 def test_the_readme_shows_the_type_map() -> None:
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[4] / "README.md").read_text()
     assert type_map_markdown() in readme
 
 

@@ -15,19 +15,19 @@ from consumers.mongodb.blocks import (
     Clear,
     KeyedWrites,
     KeylessOp,
-    Namespace,
     Write,
     chunks,
     fresh,
     row_document,
 )
 from consumers.mongodb.config import MongoTarget
+from consumers.mongodb.naming import Namespace
 from consumers.mongodb.server import detect
 from consumers.registry import ApplierContext
 from replicator.config import ServiceSettings
 from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent, ThlValue
 
-from .test_mongodb_server import FERRETDB_BUILD_INFO, FERRETDB_HELLO
+from .test_server import FERRETDB_BUILD_INFO, FERRETDB_HELLO
 
 NS = Namespace("shop", "items")
 ITEMS = [ColumnSpec(1, "id", "INT", primary_key=True), ColumnSpec(2, "name", "VARCHAR", 40)]
@@ -236,7 +236,7 @@ def test_the_size_bound_is_never_below_the_bson_size() -> None:
     from bson.decimal128 import Decimal128
     from bson.int64 import Int64
 
-    from consumers.mongodb.applier import _upper_bound
+    from consumers.mongodb.writes import _upper_bound
 
     rng = random.Random(7)
 

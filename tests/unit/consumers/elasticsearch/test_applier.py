@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from consumers.elasticsearch import applier as applier_module
-from consumers.elasticsearch.applier import (
+from consumers.elasticsearch import bulk as applier_module
+from consumers.elasticsearch.applier import ElasticsearchApplier
+from consumers.elasticsearch.config import ElasticsearchTarget
+from consumers.elasticsearch.documents import Counted as _Counted
+from consumers.elasticsearch.types import (
     APPLIED_FRAGNO,
     APPLIED_SEQNO,
     DELETED,
     ROWS,
-    ElasticsearchApplier,
-    _Counted,
 )
-from consumers.elasticsearch.config import ElasticsearchTarget
 from consumers.errors import DataError, PositionConflict
 from consumers.heartbeat import Heartbeat
 from consumers.position import Position

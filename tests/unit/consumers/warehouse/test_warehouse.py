@@ -10,11 +10,11 @@ import json
 import pytest
 
 from consumers.warehouse.history import CommitRange, version_for_seqno
+from consumers.warehouse.naming import path_safe
 from consumers.warehouse.staging import NULL_MARK, BatchStager, StagingError
 from consumers.warehouse.types import (
     cast_expression,
     holds,
-    path_safe,
     spark_type,
     staged_text,
 )

@@ -11,17 +11,19 @@ import bson
 import pytest
 from bson.decimal128 import Decimal128
 
-from consumers.mongodb.types import (
-    TypeOptions,
-    ValueRefused,
+from consumers.mongodb.naming import (
     collection_problem,
-    converter,
     database_problem,
     escape_name,
     field_name,
+    refused_field,
+)
+from consumers.mongodb.types import (
+    TypeOptions,
+    ValueRefused,
+    converter,
     format_timedelta,
     key_converter,
-    refused_field,
     thl_value,
 )
 from thl_topics.checksum import canonical

@@ -3,7 +3,7 @@
 The index's mapping records the source column specs (``_meta.tungsten.columns``), so each
 ``_source`` value is turned back into the value the source column holds (``types.decode``).
 A document of a table without a key stands for ``_rows`` equal rows; tombstones
-(``_deleted``) are not rows.
+(``_deleted``) are not rows. A consistency check reads its key range so (``read_range``).
 """
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from elasticsearch import Elasticsearch, helpers
+from elasticsearch import ApiError, Elasticsearch, TransportError, helpers
 
-from consumers.elasticsearch.applier import DELETED, ROWS
-from consumers.elasticsearch.types import decode
-from thl_topics.event import ColumnSpec
+from consumers.check import CheckRange
+from consumers.elasticsearch.types import DELETED, ROWS, decode
+from consumers.errors import TransientError
+from thl_topics.checksum import thl_value_of
+from thl_topics.event import ColumnSpec, ThlValue
 
 
 def column_specs(es: Elasticsearch, index: str) -> list[ColumnSpec]:
@@ -52,3 +54,21 @@ def rows_of(specs: list[ColumnSpec], source: dict[str, Any]) -> Iterator[dict[st
     row = {spec.name: decode(spec, source.get(spec.name)) for spec in specs}
     for _ in range(int(source.get(ROWS, 1))):
         yield dict(row)
+
+
+def read_range(es: Elasticsearch, alias: str, check: CheckRange, target: str
+               ) -> Iterator[list[ThlValue]]:
+    """The documents of a checked key range, as the source rows they stand for, in THL
+    values (consumers.check): the index's mapping says how each field decodes."""
+    try:
+        if not es.indices.exists(index=alias):
+            return
+        for row in read_rows(es, alias):
+            values = [thl_value_of(spec, row.get(spec.name)) for spec in check.specs]
+            if check.key:
+                names = [c.name for c in check.specs]
+                if not check.contains([values[names.index(k)] for k in check.key]):
+                    continue
+            yield values
+    except (ApiError, TransportError) as exc:
+        raise TransientError(f"{target}: reading {alias} for a check: {exc}") from exc

@@ -10,7 +10,8 @@ from typing import Any
 import fastavro
 import pytest
 
-from consumers.changes.types import avro_name, avro_namespace, column_type
+from consumers.changes.naming import avro_name, avro_namespace
+from consumers.changes.types import column_type
 from thl_topics.event import ColumnSpec
 
 

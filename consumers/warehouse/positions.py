@@ -7,7 +7,8 @@
   id, so a replay after a reset is applied instead of being skipped as already done.
 - ``heartbeat``: Tungsten's heartbeat columns, one row per heartbeat id.
 - ``consistency``: Tungsten's ``consistency`` columns plus the group, the seqno and the
-  result as JSON: one row per group, table and checked range (``checks.py``).
+  result as JSON: one row per group, table and checked range (``readback.py`` reads the
+  range back).
 - ``trep_staged_files``: in ``stage-only`` mode, every staging file written, with its seqno
   range, table, row count and column layout, for the external loader.
 """
@@ -23,10 +24,9 @@ from typing import TYPE_CHECKING, Any
 from consumers.check import CheckResult
 from consumers.heartbeat import Heartbeat
 from consumers.position import Position
-from consumers.warehouse import checks
 from consumers.warehouse.merge import TXN_APP_ID, TXN_VERSION, USER_METADATA
+from consumers.warehouse.naming import quote_name
 from consumers.warehouse.staging import Segment, exists
-from consumers.warehouse.types import quote_name
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,6 +40,10 @@ HEARTBEAT = ("id BIGINT, seqno BIGINT, eventid STRING, source_tstamp TIMESTAMP, 
 STAGED_FILES = ("seqno_low BIGINT, seqno_high BIGINT, schema_name STRING, table_name STRING, "
                 "uri STRING, row_count BIGINT, columns STRING, key_columns STRING, "
                 "staged_at TIMESTAMP, generation BIGINT")
+CONSISTENCY = (
+    "db STRING, tbl STRING, id INT, row_offset BIGINT, row_limit INT, this_crc STRING, "
+    "this_cnt BIGINT, master_crc STRING, master_cnt BIGINT, ts TIMESTAMP, method STRING, "
+    "group_name STRING, seqno BIGINT, result STRING")
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,7 @@ class DeltaTracking:
         EXISTS would load its snapshot, a Spark job per table on every restart."""
         for table, cols in (("trep_commit_seqno", COMMIT_SEQNO), ("heartbeat", HEARTBEAT),
                             ("trep_staged_files", STAGED_FILES),
-                            ("consistency", checks.CONSISTENCY)):
+                            ("consistency", CONSISTENCY)):
             if not self.created(table):
                 self.spark.sql(f"CREATE TABLE IF NOT EXISTS {self.ref(table)} ({cols}) "
                                "USING delta")
@@ -164,8 +168,8 @@ class DeltaTracking:
 
     def record_check(self, group: str, result: CheckResult) -> None:
         """Upsert one checked range's row of the ``consistency`` table."""
-        self._upsert("consistency", [checks.consistency_row(group, result)],
-                     checks.CONSISTENCY, ["db", "tbl", "id", "group_name"])
+        self._upsert("consistency", [consistency_row(group, result)],
+                     CONSISTENCY, ["db", "tbl", "id", "group_name"])
 
     def _upsert(self, table: str, rows: list[tuple[Any, ...]], columns: str,
                 key: list[str]) -> None:
@@ -185,3 +189,12 @@ class DeltaTracking:
         """No transaction id or metadata of a data MERGE may leak into a tracking write."""
         for key in (TXN_APP_ID, TXN_VERSION, USER_METADATA):
             self.spark.conf.unset(key)
+
+
+def consistency_row(group: str, result: CheckResult) -> tuple[Any, ...]:
+    """The ``consistency`` table's row of a checked range (``CONSISTENCY`` columns)."""
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    return (result.schema, result.table, result.range, result.range * result.limit,
+            result.limit, result.target_digest[:40], result.target_count,
+            result.source_digest[:40], result.source_count, now, result.method, group,
+            result.seqno, json.dumps(result.to_json()))

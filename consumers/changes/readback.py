@@ -11,6 +11,9 @@ a partition already passed are dropped, as the README tells readers to do after 
 producer's ``commit_transaction`` returns before the broker has written the commit markers
 into the partitions, and until then a ``read_committed`` consumer's end (the last stable
 offset) stops short of the records just committed. The reader waits for the markers first.
+
+A consistency check (``trepctl check``) reads a table's range back the same way
+(``read_range``).
 """
 
 from __future__ import annotations
@@ -39,7 +42,11 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from consumers.changes.applier import ROW_HEADER, SEQNO_HEADER
+from consumers.changes.records import ROW_HEADER, SEQNO_HEADER
+from consumers.check import CheckRange
+from consumers.errors import TransientError
+from thl_topics.checksum import thl_value_of
+from thl_topics.event import ThlValue
 
 _EPOCH = dt.datetime(1970, 1, 1)  # noqa: DTZ001 - DATETIME has no zone
 _EPOCH_DATE = dt.date(1970, 1, 1)
@@ -359,3 +366,25 @@ def materialize(changes: Iterable[Change], keyed: bool) -> list[dict[str, Any]]:
     if negative:
         raise ValueError(f"{len(negative)} keyless row(s) deleted more often than created")
     return [rows[h] for h, n in total.items() for _ in range(n)]
+
+
+def read_range(kafka: Mapping[str, Any], registry: str | None, topic: str, check: CheckRange,
+               timeout: float, target: str) -> Iterator[list[ThlValue]]:
+    """The rows a data team would fold ``topic`` into, in a checked key range, as THL values
+    (consumers.check). Reads the whole topic: a check of change topics costs what a full
+    materialization costs."""
+    try:
+        # A topic that does not exist (yet) reads as no records: no rows.
+        reader = ChangeReader(kafka, registry)
+        rows = materialize(reader.records([topic], timeout), bool(check.key))
+    except (KafkaException, TimeoutError, RuntimeError) as exc:
+        # Kafka away, or a transaction of another producer still open in the topic:
+        # the check block rolls back and the check runs again.
+        raise TransientError(f"{target}: reading {topic} back for a consistency "
+                             f"check: {exc}") from exc
+    names = [c.name for c in check.specs]
+    for row in rows:
+        values = [thl_value_of(spec, row.get(spec.name)) for spec in check.specs]
+        if check.key and not check.contains([values[names.index(k)] for k in check.key]):
+            continue
+        yield values

@@ -1,0 +1,167 @@
+"""Row changes into the batches of their target tables, their values adapted.
+
+Each row's values are adapted to the target columns' reflected types (``types.row_adapter``,
+made once per table and column layout) under the target's value policy (zero dates, U+0000
+characters): what the policy changed is counted per table and column and, once the block
+commits, counted in ``trep_values_changed_total`` and logged (at most once a minute per
+column). A table being provisioned gets changes that cannot fail (``_idempotent``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+
+from consumers.errors import DataError
+from consumers.metrics import ConsumerMetrics
+from consumers.sql.batches import Batch, BatchWriter
+from consumers.sql.context import TargetContext
+from consumers.sql.statements import TargetTable, bind_rows
+from consumers.sql.tables import TargetTables
+from consumers.sql.types import RowAdapter, ValuePolicy, ValueRefused, row_adapter
+from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent
+
+#: The applier's log: these lines were always the applier's, and are filtered by its name.
+log = logging.getLogger("consumers.sql.applier")
+
+#: A value policy's warning for one table column is logged at most this often.
+_WARN_EVERY_S = 60.0
+
+
+class RowWriter:
+    """Adapts the rows of a block's row changes and hands them to its batches."""
+
+    def __init__(self, ctx: TargetContext, policy: ValuePolicy | None,
+                 metrics: ConsumerMetrics, tables: TargetTables, batches: BatchWriter) -> None:
+        self.ctx = ctx
+        self.policy = policy
+        self.metrics = metrics
+        self._tables = tables
+        self._batches = batches
+        self._adapters: dict[tuple[object, ...], RowAdapter] = {}
+        #: Values the policy changed in the open block, by (kind, table, column).
+        self._changed: Counter[tuple[str, str, str]] = Counter()
+        self._warned: dict[tuple[str, str, str], float] = {}
+        if self.policy is not None:
+            # Zero-valued series from the start, so a dashboard sees them before any change.
+            self.metrics.values_changed("zero_date", 0)
+            if self.policy.checks_nul:
+                self.metrics.values_changed("nul_character", 0)
+
+    def forget(self) -> None:
+        """The value adapters go with the tables they were made for."""
+        self._adapters.clear()
+
+    def new_block(self) -> None:
+        """A block begins: nothing changed by the policy yet."""
+        self._changed.clear()
+
+    def drop_changes(self) -> None:
+        """The block is rolled back: what the policy changed in it never happened."""
+        self._changed.clear()
+        if self.policy is not None:
+            self.policy.collect()
+
+    def empty(self, change: RowChange, event: ThlEvent) -> None:
+        """A table's first provisioned chunk: the target's rows go, the source's come."""
+        target = self._tables.get(change, _image_specs(change), event.seqno)
+        self._batches.flush()
+        try:
+            self.ctx.db.execute(sa.delete(target.table))
+        except sa_exc.DBAPIError as exc:
+            raise self.ctx.classify(exc, f"emptying {target.qualified} for provisioning") from exc
+
+    def add(self, change: RowChange, event: ThlEvent, idempotent: bool = False) -> None:
+        """A row change's rows into the batches (``idempotent``: its table is being
+        provisioned)."""
+        specs = _image_specs(change)
+        target = self._tables.get(change, specs, event.seqno)
+        missing = [c.name for c in specs if c.name not in target.types]
+        if missing:
+            raise DataError(f"{target.qualified} on {self.ctx.target} has no column(s) "
+                            f"{', '.join(missing)} (seqno {event.seqno})", seqno=event.seqno)
+        try:
+            adapted = self._adapter(target, change.column_specs)
+            after = [adapted(r) for r in change.column_values]
+            adapted = self._adapter(target, change.key_specs)
+            before = [adapted(r) for r in change.key_values]
+        except ValueRefused as exc:
+            raise DataError(f"{self.ctx.target}: {target.qualified}, column {exc.column}, seqno "
+                            f"{event.seqno}: {exc}", seqno=event.seqno) from exc
+        except (ValueError, TypeError) as exc:
+            raise DataError(f"{target.qualified}: a value of seqno {event.seqno} cannot be "
+                            f"converted: {exc}", seqno=event.seqno) from exc
+        if self.policy is not None and self.policy.changed:
+            for (kind, column), count in self.policy.collect().items():
+                self._changed[kind, target.qualified, column] += count
+        if idempotent and any(c.primary_key for c in specs):
+            self._idempotent(target, change, after, before)
+            return
+        params = bind_rows(change.action, after, before, change.key_specs)
+        if idempotent:
+            # No key: the row may not be there yet; the table's chunk will set it right.
+            self._batches.flush()
+            self._batches.execute(Batch(target, change.action, change.column_specs,
+                                        change.key_specs, params), check=False)
+            return
+        self._batches.add(Batch(target, change.action, change.column_specs, change.key_specs,
+                                params))
+
+    def _adapter(self, target: TargetTable, specs: Sequence[ColumnSpec]
+                 ) -> RowAdapter:
+        """The value adapter of one table and column layout (made once per layout)."""
+        key = (target.qualified, id(target), tuple((c.name, c.type, c.length) for c in specs))
+        found = self._adapters.get(key)
+        if found is None:
+            found = self._adapters[key] = row_adapter(
+                specs, [target.types[c.name] for c in specs], self.ctx.dialect, self.policy)
+        return found
+
+    def _idempotent(self, target: TargetTable, change: RowChange, after: list[list[object]],
+                    before: list[list[object]]) -> None:
+        """Apply a row change of a table being provisioned so that it cannot fail: delete
+        the rows its keys name (if there), then insert the after images. Works the same on
+        every dialect, and for key changes inside one statement."""
+        self._batches.flush()
+        steps: list[tuple[RowAction, list[ColumnSpec], list[dict[str, object]]]] = []
+        if before:
+            steps.append((RowAction.DELETE, change.key_specs,
+                          bind_rows(RowAction.DELETE, [], before, change.key_specs)))
+        if after:
+            steps.append((RowAction.DELETE, change.column_specs,
+                          bind_rows(RowAction.DELETE, [], after, change.column_specs)))
+            steps.append((RowAction.INSERT, change.column_specs,
+                          bind_rows(RowAction.INSERT, after, [], change.column_specs)))
+        for action, specs, params in steps:
+            # Queued like any batch on MySQL-family targets (PyMySQL's executemany would
+            # send a DELETE per row, a round trip each); unchecked: the rows may be absent.
+            self._batches.execute(Batch(target, action, specs, specs, params), check=False)
+
+    def count_changes(self, seqno: int) -> None:
+        """Committed: count what the value policy changed, warn (at most once a minute per
+        column)."""
+        changed, self._changed = self._changed, Counter()
+        now = time.monotonic()
+        for (kind, table, column), count in sorted(changed.items()):
+            self.metrics.values_changed(kind, count)
+            key = (kind, table, column)
+            if key not in self._warned or now - self._warned[key] >= _WARN_EVERY_S:
+                self._warned[key] = now
+                what = "zero date(s) stored as NULL" if kind == "zero_date" else \
+                    "value(s) stored without their U+0000 characters"
+                log.warning("%s: %s.%s: %d %s in the block up to seqno %d (policy of this "
+                            "target; counted in trep_values_changed_total{kind=\"%s\"})",
+                            self.ctx.target, table, column, count, what, seqno, kind)
+
+
+def _image_specs(change: RowChange) -> list[ColumnSpec]:
+    """Every column of a row change's images, after image first."""
+    if not change.key_specs or change.key_specs is change.column_specs:
+        return list(change.column_specs)
+    seen = {c.name for c in change.column_specs}
+    return [*change.column_specs, *(c for c in change.key_specs if c.name not in seen)]
