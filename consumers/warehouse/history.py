@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 from consumers.warehouse.config import WarehouseTarget
 from consumers.warehouse.merge import DeltaWriter, TableRef
 from consumers.warehouse.staging import BatchStager, StagingArea
-from thl_topics.changes import ThlGapError
 from thl_topics.event import RowChange
 from thl_topics.reader import ThlReader
+from thl_topics.row_changes import ThlGapError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
