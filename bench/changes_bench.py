@@ -21,34 +21,33 @@ per million row changes, and the same for the plain producer. Not a test: nothin
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import random
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-import yaml
+import click
+import options
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from group_timing import time_group
+from results import write_result
+from service import stack_servers, write_config
 
 from consumers.changes.readback import messages
 from replicator.control import ComponentNodes
 from replicator.zk import connect
 from stack.services.apicurio import service as apicurio
-from stack.settings import RUN_DIR, port
+from stack.settings import RUN_DIR
 from thl_topics.admin import ThlTopicSpec, ensure_thl_topic
+from thl_topics.client import ClientSettings
 from thl_topics.event import ColumnSpec, DataItem, RowAction, RowChange, ThlEvent, ThlValue
 from thl_topics.producer import ThlProducer
-from trep.config import load_config
+from trep.config import ServiceConfig, load_config
 
-ROOT = Path(__file__).resolve().parent.parent
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+Record = tuple[Any, Any, Any, Any]
+
 SCHEMA = "sbtest"
 SPECS = [ColumnSpec(1, "id", "INT", primary_key=True), ColumnSpec(2, "k", "INT"),
          ColumnSpec(3, "c", "CHAR", length=480, charset="utf8mb4"),
@@ -94,11 +93,11 @@ def make_events(transactions: int, txn_rows: int, seed: int) -> list[ThlEvent]:
     return events
 
 
-def fill_thl(bootstrap: str, topic: str, events: list[ThlEvent]) -> float:
+def fill_thl(kafka: ClientSettings, topic: str, events: list[ThlEvent]) -> float:
     """Publish the events, 100 per Kafka transaction; seconds taken."""
-    ensure_thl_topic(AdminClient({"bootstrap.servers": bootstrap}), ThlTopicSpec(topic))
+    ensure_thl_topic(AdminClient(kafka), ThlTopicSpec(topic))
     started = time.monotonic()
-    producer = ThlProducer(bootstrap, topic, f"bench-{topic}")
+    producer = ThlProducer(kafka, topic, f"bench-{topic}")
     for i, event in enumerate(events):
         producer.publish(event)
         if i % 100 == 99:
@@ -108,60 +107,56 @@ def fill_thl(bootstrap: str, topic: str, events: list[ThlEvent]) -> float:
     return time.monotonic() - started
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a running process."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+def write_service(service: str, formats: list[str]) -> Path:
+    """One group per format: the Debezium envelope in Avro (through the registry) or JSON,
+    3 partitions per topic, blocks of 100 events."""
+    groups = {f"dbz_{f}": {"type": "changes", "envelope": "debezium", "format": f,
+                           "partitions": 3, "topic": f"{{service}}.{f}.{{schema}}.{{table}}",
+                           **({"schema_registry": {"url": apicurio().ccompat_url}}
+                              if f == "avro" else {})} for f in formats}
+    servers = stack_servers()
+    return write_config(RUN_DIR / f"{service}.yml", service, {
+        "kafka": servers["kafka"], "zookeeper": servers["zookeeper"],
+        "consumers": {g: {"target": t, "block_commit_events": 100} for g, t in groups.items()},
+    })
 
 
-def measure_group(config: Path, service: str, zk_hosts: str, group: str, tail: int,
+def measure_group(cfg: ServiceConfig, config: Path, group: str, tail: int,
                   timeout: float) -> dict[str, Any]:
-    """Run one group alone until it applied ``tail``; wall and CPU seconds."""
-    log = RUN_DIR / f"{service}-{group}.log"
-    zk = connect(zk_hosts, 10)
-    nodes = ComponentNodes(zk, "/tungsten", service, f"consumers/{group}")
-    started = time.monotonic()
-    with log.open("ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "trep.runner", "-c", str(config),
-                                 "--no-extractor", "--consumer", group], cwd=ROOT,
-                                stdout=out, stderr=out)
+    """Run one group alone until its status shows ``tail`` applied; wall and CPU seconds."""
+    log = RUN_DIR / f"{cfg.service}-{group}.log"
+    zk = connect(cfg.zookeeper.hosts, 10)
+    nodes = ComponentNodes(zk, "/tungsten", cfg.service, f"consumers/{group}")
+
+    def applied() -> int:
+        status = nodes.status() or {}
+        seqno = int(status.get("appliedLastSeqno", -1))
+        if seqno < tail and status.get("state") == "OFFLINE:ERROR":
+            raise SystemExit(f"{group} failed: {status}; see {log}")
+        return seqno
+
     try:
-        while True:
-            status = nodes.status() or {}
-            if status.get("appliedLastSeqno", -1) >= tail:
-                break
-            if status.get("state") == "OFFLINE:ERROR" or proc.poll() is not None:
-                raise SystemExit(f"{group} failed: {status}; see {log}")
-            if time.monotonic() - started > timeout:
-                raise SystemExit(f"{group} did not finish in {timeout} s; see {log}")
-            time.sleep(0.05)
-        wall = time.monotonic() - started
-        cpu = cpu_seconds(proc.pid)
+        run = time_group(config, log, group, applied, tail, timeout)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
         zk.stop()
         zk.close()
-    return {"wall_seconds": round(wall, 2), "cpu_seconds": round(cpu, 2)}
+    return {"wall_seconds": round(run.seconds, 2), "cpu_seconds": round(run.cpu, 2)}
 
 
-def read_back(bootstrap: str, topic: str) -> list[tuple[Any, Any, Any, Any]]:
+def read_back(kafka: ClientSettings, topic: str) -> list[Record]:
     """(partition, key, value, headers) of every committed record of ``topic``."""
     return [(msg.partition(), msg.key(), msg.value(), msg.headers())
-            for msg in messages({"bootstrap.servers": bootstrap}, [topic])]
+            for msg in messages(kafka, [topic])]
 
 
-def plain_producer(bootstrap: str, topic: str, records: list[tuple[Any, Any, Any, Any]],
+def plain_producer(kafka: ClientSettings, topic: str, records: list[Record],
                    partitions: int) -> dict[str, float]:
     """The same records through a plain confluent-kafka producer: wall and CPU seconds."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: its futures need it alive
+    admin = AdminClient(kafka)  # kept: its futures need it alive
     admin.create_topics([NewTopic(topic, num_partitions=partitions,
                                   replication_factor=1)])[topic].result(30)
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                         "acks": "all", "linger.ms": 5, "compression.type": "lz4",
+    producer = Producer({**kafka, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 5, "compression.type": "lz4",
                          "partitioner": "murmur2_random"})
     cpu0, wall0 = time.process_time(), time.monotonic()
     for _, key, value, headers in records:
@@ -177,76 +172,73 @@ def plain_producer(bootstrap: str, topic: str, records: list[tuple[Any, Any, Any
             "cpu_seconds": round(time.process_time() - cpu0, 2)}
 
 
-def main() -> int:
-    """Run the benchmark; the JSON goes to ``--out`` and stdout."""
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--transactions", type=int, default=20_000)
-    parser.add_argument("--txn-rows", type=int, default=10)
-    parser.add_argument("--formats", default="avro,json")
-    parser.add_argument("--timeout", type=float, default=900.0)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "changes.json")
-    args = parser.parse_args()
-    bootstrap = f"127.0.0.1:{port('kafka')}"
-    zk_hosts = f"127.0.0.1:{port('zookeeper')}"
+def fan_out(cfg: ServiceConfig, config: Path, fmt: str, rows: int, tail: int,
+            timeout: float) -> dict[str, Any]:
+    """One format's group, then the plain producer on the records it wrote."""
+    group = f"dbz_{fmt}"
+    print(f"fan-out with {group} ...", flush=True)
+    run = measure_group(cfg, config, group, tail, timeout)
+    topic = f"{cfg.service}.{fmt}.{SCHEMA}.sbtest1"
+    records = read_back(cfg.kafka.client(), topic)
+    print(f"plain producer, the same {len(records)} records ...", flush=True)
+    plain = plain_producer(cfg.kafka.client(), f"{topic}.plain", records, 3)
+    return {
+        "format": f"debezium/{fmt}", "row_changes": rows, "records": len(records),
+        **run,
+        "row_changes_per_second": round(rows / run["wall_seconds"]),
+        "cpu_seconds_per_million_rows": round(run["cpu_seconds"] * 1e6 / rows, 1),
+        "plain_producer": {
+            **plain, "records_per_second": round(len(records) / plain["wall_seconds"]),
+            "cpu_seconds_per_million_records": round(
+                plain["cpu_seconds"] * 1e6 / len(records), 1)},
+    }
+
+
+def delete_topics(cfg: ServiceConfig) -> None:
+    """Every topic of the service: the THL, the change topics, the plain copies."""
+    admin = AdminClient(cfg.kafka.client())
+    service = cfg.service
+    names = [t for t in admin.list_topics(timeout=30).topics
+             if t.startswith((f"{service}.", f"thl.{service}", f"tungsten_{service}."))]
+    if names:
+        for future in admin.delete_topics(names, operation_timeout=30).values():
+            future.result(60)
+
+
+def benchmark(transactions: int, txn_rows: int, formats: list[str], timeout: float
+              ) -> dict[str, Any]:
+    """Write a fresh service's THL, then fan it out with each format's group."""
     service = f"cbench{uuid.uuid4().hex[:6]}"
-    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
-    groups = {f"dbz_{f}": {"type": "changes", "envelope": "debezium", "format": f,
-                           "partitions": 3, "topic": f"{{service}}.{f}.{{schema}}.{{table}}",
-                           **({"schema_registry": {"url": apicurio().ccompat_url}}
-                              if f == "avro" else {})} for f in formats}
-    config = RUN_DIR / f"{service}.yml"
-    config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text(yaml.safe_dump({
-        "service": service, "kafka": {"bootstrap_servers": bootstrap},
-        "zookeeper": {"hosts": zk_hosts},
-        "consumers": {g: {"target": t, "block_commit_events": 100} for g, t in groups.items()},
-    }))
+    config = write_service(service, formats)
     cfg = load_config(config)
-    rows = args.transactions * args.txn_rows
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    rows = transactions * txn_rows
     try:
-        print(f"service {service}: writing {args.transactions} THL events of "
-              f"{args.txn_rows} row changes ...", flush=True)
-        fill = fill_thl(bootstrap, cfg.thl_topic, make_events(args.transactions,
-                                                              args.txn_rows, 7))
-        runs = []
-        for fmt in formats:
-            group = f"dbz_{fmt}"
-            print(f"fan-out with {group} ...", flush=True)
-            run = measure_group(config, service, zk_hosts, group, args.transactions - 1,
-                                args.timeout)
-            topic = f"{service}.{fmt}.{SCHEMA}.sbtest1"
-            records = read_back(bootstrap, topic)
-            print(f"plain producer, the same {len(records)} records ...", flush=True)
-            plain = plain_producer(bootstrap, f"{topic}.plain", records, 3)
-            runs.append({
-                "format": f"debezium/{fmt}", "row_changes": rows, "records": len(records),
-                **run,
-                "row_changes_per_second": round(rows / run["wall_seconds"]),
-                "cpu_seconds_per_million_rows": round(run["cpu_seconds"] * 1e6 / rows, 1),
-                "plain_producer": {
-                    **plain, "records_per_second": round(len(records) / plain["wall_seconds"]),
-                    "cpu_seconds_per_million_records": round(
-                        plain["cpu_seconds"] * 1e6 / len(records), 1)},
-            })
+        print(f"service {service}: writing {transactions} THL events of "
+              f"{txn_rows} row changes ...", flush=True)
+        fill = fill_thl(cfg.kafka.client(), cfg.thl_topic,
+                        make_events(transactions, txn_rows, 7))
+        runs = [fan_out(cfg, config, fmt, rows, transactions - 1, timeout)
+                for fmt in formats]
     finally:
-        names = [t for t in admin.list_topics(timeout=30).topics
-                 if t.startswith((f"{service}.", f"thl.{service}", f"tungsten_{service}."))]
-        if names:
-            for future in admin.delete_topics(names, operation_timeout=30).values():
-                future.result(60)
-    result = {"benchmark": "changes", "transactions": args.transactions,
-              "rows_per_transaction": args.txn_rows, "thl_fill_seconds": round(fill, 2),
-              "runs": runs,
-              "note": "fan-out wall time includes consumer start-up (imports, ZooKeeper, "
-                      "Kafka, registry); records = row changes + delete tombstones; the plain "
-                      "producer writes those exact bytes, non-transactionally."}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-    return 0
+        delete_topics(cfg)
+    return {"benchmark": "changes", "transactions": transactions,
+            "rows_per_transaction": txn_rows, "thl_fill_seconds": round(fill, 2),
+            "runs": runs,
+            "note": "fan-out wall time includes consumer start-up (imports, ZooKeeper, "
+                    "Kafka, registry); records = row changes + delete tombstones; the plain "
+                    "producer writes those exact bytes, non-transactionally."}
+
+
+@options.command(__doc__)
+@click.option("--transactions", type=int, default=20_000)
+@options.txn_rows(help=None)
+@click.option("--formats", default="avro,json")
+@options.timeout()
+@options.out("changes.json")
+def main(transactions: int, txn_rows: int, formats: str, timeout: float, out: Path) -> None:
+    """Run the benchmark; the JSON goes to ``--out`` and stdout."""
+    write_result(benchmark(transactions, txn_rows, options.comma_list(formats), timeout), out)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -27,174 +27,47 @@ benchmark created is removed afterwards. Not a test: nothing is asserted.
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
-import decimal
-import json
-import os
-import random
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pymysql
-import sqlalchemy as sa
-import yaml
-from confluent_kafka.admin import AdminClient
+import click
+import options
 from elasticsearch import Elasticsearch, helpers
-from kazoo.exceptions import NoNodeError
+from group_timing import pick, time_group
+from items import DDL, extract_items, make_rows
+from results import write_result
+from service import drop_schemas, extractor, remove_service, seed_start, stack_servers, write_config
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from consumers.registry import ApplierContext, build_applier
+from stack.settings import RUN_DIR, port
+from trep.config import ServiceConfig, load_config
 
-from consumers.registry import ApplierContext, build_applier  # noqa: E402
-from replicator.tracking import CommitSeqno, CommitSeqnoTable  # noqa: E402
-from replicator.zk import connect  # noqa: E402
-from stack.settings import RUN_DIR, port  # noqa: E402
-from thl_topics.errors import ThlTopicMissing  # noqa: E402
-from thl_topics.reader import ThlReader  # noqa: E402
-from trep.config import ServiceConfig, load_config  # noqa: E402
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 GROUP = "es"
-COLUMNS = ("id", "qty", "label", "price", "created")
-DDL = ("CREATE TABLE {table} (id INT NOT NULL PRIMARY KEY, qty INT NOT NULL, "
-       "label VARCHAR(64) NOT NULL, price DECIMAL(12,2) NOT NULL, "
-       "created DATETIME NOT NULL) DEFAULT CHARSET=utf8mb4")
+SOURCE_ID = "es-bench"
+TABLE_DDL = DDL + " DEFAULT CHARSET=utf8mb4"
 
-Row = tuple[int, int, str, decimal.Decimal, dt.datetime]
-
-
-def make_rows(count: int) -> list[Row]:
-    """``count`` seeded rows (the same generator as the SQL apply benchmark)."""
-    rng = random.Random(42)
-    base = dt.datetime(2024, 1, 1)  # noqa: DTZ001 - a DATETIME column is naive
-    return [(i, rng.randint(0, 10_000), f"item {i} {rng.getrandbits(64):016x}",
-             decimal.Decimal(rng.randrange(0, 10**9)).scaleb(-2),
-             base + dt.timedelta(seconds=rng.randrange(0, 365 * 86400)))
-            for i in range(1, count + 1)]
-
-
-def _mysql(autocommit: bool = False) -> pymysql.connections.Connection[Any]:
-    return pymysql.connect(host="127.0.0.1", port=port("mariadb-source"), user="root",
-                           password="", charset="utf8mb4", autocommit=autocommit)
+Documents = list[tuple[str, dict[str, Any]]]
 
 
 def es_url() -> str:
     return f"http://127.0.0.1:{port('elasticsearch')}"
 
 
-def write_config(service: str, schema: str) -> Path:
-    path = RUN_DIR / f"{service}.yml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump({
-        "service": service,
-        "kafka": {"bootstrap_servers": f"127.0.0.1:{port('kafka')}"},
-        "zookeeper": {"hosts": f"127.0.0.1:{port('zookeeper')}"},
-        "source": {"host": "127.0.0.1", "port": port("mariadb-source"), "user": "root",
-                   "password": ""},
-        "extractor": {
-            # Its own replication client id: the source drops the older of two clients that
-            # announce the same one.
-            "server_id": 9500 + int(service[-4:], 16) % 400,
-            "source_id": "es-bench",
-            "filters": {"replicate": [f"{schema}.*"]}},
+def write_service(service: str, schema: str) -> Path:
+    return write_config(RUN_DIR / f"{service}.yml", service, {
+        **stack_servers(),
+        "extractor": extractor(service, 9500, 400, [schema], SOURCE_ID),
         "consumers": {GROUP: {"target": {"type": "elasticsearch", "hosts": [es_url()]}}},
-    }))
-    return path
+    })
 
 
 def prepare(cfg: ServiceConfig, schema: str) -> None:
     """The table on the source, and the extractor's start right after the DDL."""
-    engine = sa.create_engine(f"mysql+pymysql://root@127.0.0.1:{port('mariadb-source')}/")
-    tracking = CommitSeqnoTable(cfg.tracking_schema)
-    with engine.begin() as conn:
-        conn.execute(sa.text(f"CREATE DATABASE {schema}"))
-        conn.execute(sa.text(DDL.format(table=f"{schema}.items")))
-        tracking.create(conn)
-        status = conn.execute(sa.text("SHOW MASTER STATUS")).first()
-        if status is None:
-            raise SystemExit("the source has no binary log")
-        file, pos = status[0], int(status[1])
-        tracking.write(conn, CommitSeqno(seqno=-1, epoch=0, eventid=f"{file}:{pos:016d};0",
-                                         source_id="es-bench"))
-    engine.dispose()
-
-
-def thl_tail(cfg: ServiceConfig) -> tuple[int, str | None]:
-    """Seqno (-1: none yet) and source GTID of the last event in the THL."""
-    try:
-        with ThlReader(cfg.kafka.bootstrap_servers, cfg.thl_topic) as reader:
-            tail = reader.tail()
-    except ThlTopicMissing:
-        return -1, None
-    if tail is None or tail.event is None:
-        return -1, None
-    return tail.seqno, tail.event.metadata.get("gtid")
-
-
-def _gtid_seq(gtid: str) -> tuple[int, int]:
-    domain, _, seq = gtid.split("-")
-    return int(domain), int(seq)
-
-
-def start_runner(config: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "trep.runner", "-c", str(config),
-                                 *args], cwd=ROOT, stdout=out, stderr=out,
-                                env=dict(os.environ, PYTHONPATH=str(ROOT)))
-
-
-def stop_runner(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a running process."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def fill_thl(cfg: ServiceConfig, config: Path, schema: str, rows: list[Row],
-             txn_rows: int) -> tuple[int, float]:
-    """Extract the workload into the THL with the extractor alone; (tail seqno, seconds)."""
-    log = RUN_DIR / f"{cfg.service}-extractor.log"
-    started = time.monotonic()
-    proc = start_runner(config, log, "--no-consumers")
-    try:
-        conn = _mysql()
-        insert = f"INSERT INTO {schema}.items ({', '.join(COLUMNS)}) VALUES (%s, %s, %s, %s, %s)"
-        with conn.cursor() as cur:
-            for start in range(0, len(rows), txn_rows):
-                cur.executemany(insert, rows[start:start + txn_rows])
-                conn.commit()
-            cur.execute("SELECT @@last_gtid")
-            found = cur.fetchone()
-        conn.close()
-        if found is None or not found[0]:
-            raise SystemExit("the source reports no GTID for the workload")
-        want = _gtid_seq(str(found[0]))
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"the extractor exited; see {log}")
-            last, gtid = thl_tail(cfg)
-            if gtid is not None and _gtid_seq(gtid)[0] == want[0] and \
-                    _gtid_seq(gtid)[1] >= want[1]:
-                return last, time.monotonic() - started
-            time.sleep(0.5)
-    finally:
-        stop_runner(proc)
+    seed_start(port("mariadb-source"), cfg.tracking_schema, SOURCE_ID,
+               [f"CREATE DATABASE {schema}", TABLE_DDL.format(table=f"{schema}.items")])
 
 
 def applied_seqno(es: Elasticsearch, cfg: ServiceConfig) -> int:
@@ -208,48 +81,15 @@ def applied_seqno(es: Elasticsearch, cfg: ServiceConfig) -> int:
 def measure_apply(cfg: ServiceConfig, config: Path, es: Elasticsearch, tail: int, rows: int,
                   timeout: float) -> dict[str, Any]:
     """Run the Elasticsearch group alone from nothing to the THL tail, timed."""
-    log = RUN_DIR / f"{cfg.service}-{GROUP}.log"
-    started = time.monotonic()
-    proc = start_runner(config, log, "--no-extractor", "--consumer", GROUP)
-    first: tuple[float, int, float] | None = None
-    cpu = 0.0
-    now = started
-    try:
-        while True:
-            seqno = applied_seqno(es, cfg)
-            now = time.monotonic()
-            cpu = cpu_seconds(proc.pid)
-            if seqno >= 0 and first is None:
-                first = (now, seqno, cpu)
-            if seqno >= tail:
-                break
-            if proc.poll() is not None:
-                raise SystemExit(f"consumer group {GROUP} exited; see {log}")
-            if now - started > timeout:
-                raise SystemExit(f"{GROUP} did not reach seqno {tail} within {timeout} s; "
-                                 f"see {log}")
-            time.sleep(0.05)
-        elapsed = now - started
-    finally:
-        stop_runner(proc)
-    events = tail + 1
-    result: dict[str, Any] = {
-        "wall_seconds": round(elapsed, 2),
-        "rows_per_second": round(rows / elapsed),
-        "events_per_second": round(events / elapsed),
-        "cpu_seconds": round(cpu, 2),
-        "cpu_seconds_per_million_rows": round(cpu / rows * 1e6, 1),
-    }
-    if first is not None and now > first[0]:
-        share = (tail - first[1]) / events  # rows applied between the first and last commit
-        result["steady_rows_per_second"] = round(rows * share / (now - first[0]))
-        result["steady_cpu_seconds_per_million_rows"] = round(
-            (cpu - first[2]) / (rows * share) * 1e6, 1)
-        result["startup_seconds"] = round(first[0] - started, 2)
-    return result
+    run = time_group(config, RUN_DIR / f"{cfg.service}-{GROUP}.log", GROUP,
+                     lambda: applied_seqno(es, cfg), tail, timeout)
+    return pick(run.figures(rows, tail), "wall_seconds", "rows_per_second",
+                "events_per_second", "cpu_seconds", "cpu_seconds_per_million_rows",
+                "steady_rows_per_second", "steady_cpu_seconds_per_million_rows",
+                "startup_seconds")
 
 
-def documents(es: Elasticsearch, index: str) -> list[tuple[str, dict[str, Any]]]:
+def documents(es: Elasticsearch, index: str) -> Documents:
     """(``_id``, ``_source``) of every document the applier wrote, in id order."""
     es.indices.refresh(index=index)
     docs = [(hit["_id"], hit["_source"]) for hit in helpers.scan(
@@ -257,7 +97,7 @@ def documents(es: Elasticsearch, index: str) -> list[tuple[str, dict[str, Any]]]
     return sorted(docs, key=lambda d: int(d[0]))
 
 
-def raw_bulk(es: Elasticsearch, source_index: str, docs: list[tuple[str, dict[str, Any]]],
+def raw_bulk(es: Elasticsearch, source_index: str, docs: Documents,
              chunk: int, run: int) -> dict[str, Any]:
     """The same documents into a fresh index with the same mapping, with helpers.bulk."""
     index = f"{source_index}.raw{run}"
@@ -290,95 +130,41 @@ def forget_apply(cfg: ServiceConfig, es: Elasticsearch, index: str) -> None:
 
 def cleanup(cfg: ServiceConfig, config: Path, schema: str, es: Elasticsearch) -> None:
     """Remove what the benchmark created: schemas, indices, THL topic, group, znodes."""
-    conn = _mysql(autocommit=True)
-    with conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {schema}")
-        cur.execute(f"DROP DATABASE IF EXISTS {cfg.tracking_schema}")
-    conn.close()
+    drop_schemas(port("mariadb-source"), [schema, cfg.tracking_schema])
     for index in (f"{schema}.*", cfg.tracking_schema.lower()):
         es.indices.delete(index=index, ignore_unavailable=True, allow_no_indices=True)
-    admin = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers})
-    futures = {**admin.delete_topics([cfg.thl_topic], operation_timeout=30),
-               **admin.delete_consumer_groups([cfg.group_id(GROUP)], request_timeout=30)}
-    for name, future in futures.items():
-        try:
-            future.result(30)
-        except Exception as exc:  # a group that never committed does not exist: fine
-            print(f"cleanup: {name}: {exc}", file=sys.stderr)
-    zk = connect(cfg.zookeeper.hosts, cfg.zookeeper.timeout_s)
-    try:
-        zk.delete(f"{cfg.zookeeper.root.rstrip('/')}/{cfg.service}", recursive=True)
-    except NoNodeError:
-        pass
-    finally:
-        zk.stop()
-        zk.close()
-    config.unlink(missing_ok=True)
+    remove_service(cfg, config)
 
 
-def main() -> int:
-    """Run the benchmark; the JSON goes to ``--out`` and stdout."""
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=200_000, help="rows in the THL")
-    parser.add_argument("--txn-rows", type=int, default=10,
-                        help="rows per source transaction (one THL event each)")
-    parser.add_argument("--raw-chunk", type=int, default=0,
-                        help="documents per raw bulk request (0: the applier's rows per "
-                             "block)")
-    parser.add_argument("--runs", type=int, default=2,
-                        help="apply + raw bulk pairs, alternating (the machine's load varies)")
-    parser.add_argument("--timeout", type=float, default=900.0)
-    parser.add_argument("--keep", action="store_true",
-                        help="leave the schema, indices, topic and znodes for inspection")
-    parser.add_argument("--out", type=Path,
-                        default=ROOT / "bench" / "results" / "elasticsearch.json")
-    args = parser.parse_args()
+def alternate(cfg: ServiceConfig, config: Path, es: Elasticsearch, index: str, tail: int,
+              rows: int, chunk: int, runs: int, timeout: float
+              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``runs`` apply runs, each followed by the raw bulk of the documents it wrote."""
+    applies, raws = [], []
+    docs: Documents = []
+    for run in range(runs):
+        if run:
+            forget_apply(cfg, es, index)
+        print(f"run {run + 1}: applying with group {GROUP} ...", flush=True)
+        applies.append(measure_apply(cfg, config, es, tail, rows, timeout))
+        docs = docs or documents(es, index)
+        if len(docs) != rows:
+            raise SystemExit(f"{index} holds {len(docs)} documents, not {rows}")
+        print(f"run {run + 1}: raw bulk of the same {len(docs)} documents, {chunk} per "
+              "request ...", flush=True)
+        raws.append(raw_bulk(es, index, docs, chunk, run))
+    return applies, raws
 
-    service = f"esb{uuid.uuid4().hex[:6]}"
-    schema = f"ebench_{service}"
-    config = write_config(service, schema)
-    cfg = load_config(config)
-    es = Elasticsearch(es_url(), request_timeout=300)
-    rows = make_rows(args.rows)
-    # The applier's default block limits (what the group runs with).
-    block = build_applier(cfg.consumers[GROUP].target, ApplierContext(cfg, GROUP)
-                          ).capabilities.block
-    try:
-        prepare(cfg, schema)
-        print(f"service {service}: extracting {args.rows} rows in transactions of "
-              f"{args.txn_rows} rows ...", flush=True)
-        tail, fill_seconds = fill_thl(cfg, config, schema, rows, args.txn_rows)
-        index = f"{schema}.items"
-        chunk = args.raw_chunk or min(block.rows or args.rows, block.events * args.txn_rows)
-        applies, raws = [], []
-        docs: list[tuple[str, dict[str, Any]]] = []
-        for run in range(args.runs):
-            if run:
-                forget_apply(cfg, es, index)
-            print(f"run {run + 1}: applying with group {GROUP} ...", flush=True)
-            applies.append(measure_apply(cfg, config, es, tail, args.rows, args.timeout))
-            docs = docs or documents(es, index)
-            if len(docs) != args.rows:
-                raise SystemExit(f"{index} holds {len(docs)} documents, not {args.rows}")
-            print(f"run {run + 1}: raw bulk of the same {len(docs)} documents, {chunk} per "
-                  "request ...", flush=True)
-            raws.append(raw_bulk(es, index, docs, chunk, run))
-    finally:
-        if not args.keep:
-            cleanup(cfg, config, schema, es)
-        es.close()
-    # Rates over all runs: total rows over total seconds.
-    steady = args.rows * len(applies) / sum(
-        args.rows / a.get("steady_rows_per_second", a["rows_per_second"]) for a in applies)
-    raw_rate = args.rows * len(raws) / sum(r["seconds"] for r in raws)
+
+def summary(rows: int, applies: list[dict[str, Any]], raws: list[dict[str, Any]]
+            ) -> dict[str, Any]:
+    """Rates over all runs (total rows over total seconds), and each run's ratio."""
+    steady = rows * len(applies) / sum(
+        rows / a.get("steady_rows_per_second", a["rows_per_second"]) for a in applies)
+    raw_rate = rows * len(raws) / sum(r["seconds"] for r in raws)
     cpu = sum(a.get("steady_cpu_seconds_per_million_rows", a["cpu_seconds_per_million_rows"])
               for a in applies) / len(applies)
-    result = {
-        "benchmark": "elasticsearch-apply",
-        "rows": args.rows, "rows_per_transaction": args.txn_rows,
-        "events": tail + 1,
-        "thl_fill_seconds": round(fill_seconds, 2),
+    return {
         "steady_rows_per_second": round(steady),
         "steady_cpu_seconds_per_million_rows": round(cpu, 1),
         "raw_bulk_rows_per_second": round(raw_rate),
@@ -389,6 +175,39 @@ def main() -> int:
                       a.get("steady_rows_per_second", a["rows_per_second"])
                       / r["rows_per_second"], 3)}
                  for a, r in zip(applies, raws, strict=True)],
+    }
+
+
+def benchmark(rows: int, txn_rows: int, raw_chunk: int, runs: int, timeout: float,
+              keep: bool) -> dict[str, Any]:
+    """Fill a fresh service's THL, then alternate apply runs and raw bulks."""
+    service = f"esb{uuid.uuid4().hex[:6]}"
+    schema = f"ebench_{service}"
+    config = write_service(service, schema)
+    cfg = load_config(config)
+    es = Elasticsearch(es_url(), request_timeout=300)
+    data = make_rows(rows)
+    # The applier's default block limits (what the group runs with).
+    block = build_applier(cfg.consumers[GROUP].target, ApplierContext(cfg, GROUP)
+                          ).capabilities.block
+    try:
+        prepare(cfg, schema)
+        tail, fill_seconds = extract_items(
+            cfg, config, RUN_DIR / f"{service}-extractor.log", port("mariadb-source"),
+            [f"{schema}.items"], data, txn_rows)
+        chunk = raw_chunk or min(block.rows or rows, block.events * txn_rows)
+        applies, raws = alternate(cfg, config, es, f"{schema}.items", tail, rows, chunk,
+                                  runs, timeout)
+    finally:
+        if not keep:
+            cleanup(cfg, config, schema, es)
+        es.close()
+    return {
+        "benchmark": "elasticsearch-apply",
+        "rows": rows, "rows_per_transaction": txn_rows,
+        "events": tail + 1,
+        "thl_fill_seconds": round(fill_seconds, 2),
+        **summary(rows, applies, raws),
         "note": "apply: trep-run consuming the THL from Kafka, decoding Avro, collapsing "
                 "blocks and writing bulks plus one position document per block "
                 f"(default limits: {block.events} events / {block.rows} rows per block); "
@@ -398,11 +217,23 @@ def main() -> int:
                 "index with the same mapping, one request at a time, right after each "
                 "apply run. Totals: rows over seconds across runs.",
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-    return 0
+
+
+@options.command(__doc__)
+@options.rows(200_000)
+@options.txn_rows()
+@click.option("--raw-chunk", type=int, default=0,
+              help="documents per raw bulk request (0: the applier's rows per block)")
+@click.option("--runs", type=int, default=2,
+              help="apply + raw bulk pairs, alternating (the machine's load varies)")
+@options.timeout()
+@options.keep("leave the schema, indices, topic and znodes for inspection")
+@options.out("elasticsearch.json")
+def main(rows: int, txn_rows: int, raw_chunk: int, runs: int, timeout: float, keep: bool,
+         out: Path) -> None:
+    """Run the benchmark; the JSON goes to ``--out`` and stdout."""
+    write_result(benchmark(rows, txn_rows, raw_chunk, runs, timeout, keep), out)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -11,39 +11,29 @@ RSS of the extractor process. Not a test: nothing is asserted.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import random
-import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-import pymysql
-import sqlalchemy as sa
-import yaml
+import click
+import options
+from processes import ROOT, cpu_seconds, peak_rss_kib, spawn, stop
+from results import write_result
+from service import binlog_position, connect_mysql, drop_schemas, seed_start, write_config
+from thl_fill import thl_tail
 
-from replicator.tracking import CommitSeqno, CommitSeqnoTable
-from thl_topics.errors import ThlTopicMissing
-from thl_topics.reader import ThlReader
-from trep.config import load_config
+from trep.config import ServiceConfig, load_config
 
-ROOT = Path(__file__).resolve().parent.parent
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def _connect(port: int) -> pymysql.connections.Connection[Any]:
-    return pymysql.connect(host="127.0.0.1", port=port, user="root", password="",
-                           autocommit=False, charset="utf8mb4")
+RUN = ROOT / ".run"
 
 
 def write_workload(port: int, schema: str, tables: int, rows: int, txns: int) -> tuple[int, int]:
     """Fill and churn ``tables`` sbtest tables; (transactions, rows changed) in the binlog."""
     rng = random.Random(42)
-    conn = _connect(port)
+    conn = connect_mysql(port)
     n_txn = n_rows = 0
     with conn.cursor() as cur:
         for t in range(1, tables + 1):
@@ -74,85 +64,43 @@ def write_workload(port: int, schema: str, tables: int, rows: int, txns: int) ->
     return n_txn, n_rows
 
 
-def proc_stats(pid: int) -> tuple[float, int]:
-    """(CPU seconds, peak RSS KiB) of a running process."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
-    peak = 0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            peak = int(line.split()[1])
-    return cpu, peak
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--tables", type=int, default=4)
-    parser.add_argument("--rows", type=int, default=25_000, help="rows per table")
-    parser.add_argument("--txns", type=int, default=5_000, help="write-only transactions")
-    parser.add_argument("--port", type=int, default=13306)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "extract.json")
-    args = parser.parse_args()
-
-    service = f"bench{uuid.uuid4().hex[:6]}"
-    schema = f"sbench_{service}"
-    conn = _connect(args.port)
+def prepare(port: int, service: str, schema: str) -> None:
+    """The workload's schema, and the extractor's start right after it."""
+    conn = connect_mysql(port)
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE {schema}")
-        cur.execute("SHOW MASTER STATUS")
-        status = cur.fetchone()
-        if status is None:
-            raise SystemExit("the source has no binary log")
-        file, pos = status[:2]
+    at = binlog_position(conn)
     conn.commit()
     conn.close()
     # Seed the tracking table so the extractor starts where the workload starts.
-    engine = sa.create_engine(f"mysql+pymysql://root@127.0.0.1:{args.port}/")
-    tracking = CommitSeqnoTable(f"tungsten_{service}")
-    with engine.begin() as sa_conn:
-        tracking.create(sa_conn)
-        tracking.write(sa_conn, CommitSeqno(seqno=-1, epoch=0, eventid=f"{file}:{pos:016d};0",
-                                            source_id="bench"))
-    engine.dispose()
-    print(f"writing the workload into the binlog ({args.tables} tables x {args.rows} rows, "
-          f"{args.txns} write transactions) ...", flush=True)
-    n_txn, n_rows = write_workload(args.port, schema, args.tables, args.rows, args.txns)
-    expected_last = n_txn + args.tables - 1  # the CREATE TABLEs are transactions too
+    seed_start(port, f"tungsten_{service}", "bench", at=at)
 
-    config = ROOT / ".run" / f"{service}.yml"
-    config.write_text(yaml.safe_dump({
-        "service": service,
-        "source": {"port": args.port, "user": "root", "password": ""},
-        "extractor": {"filters": {"replicate": [f"{schema}.*"]}},
-    }))
-    kafka = load_config(config).kafka.client()
-    log = ROOT / ".run" / f"{service}.log"
-    with log.open("wb") as out:
-        started = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "trep.extract", "-c", str(config)],
-                                cwd=ROOT, stdout=out, stderr=out,
-                                env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    cpu = peak = 0.0
+
+def time_extractor(cfg: ServiceConfig, config: Path, log: Path, last_seqno: int
+                   ) -> tuple[float, float, int] | None:
+    """One extractor process from its start until the THL holds ``last_seqno``: (seconds,
+    CPU seconds, peak RSS KiB); None if it exited on the way."""
+    started = time.monotonic()
+    proc = spawn([sys.executable, "-m", "trep.extract", "-c", str(config)], log)
+    cpu, peak = 0.0, 0
     last = -1
     try:
-        while last < expected_last:
+        while last < last_seqno:
             if proc.poll() is not None:
-                print(f"extractor exited; see {log}", file=sys.stderr)
-                return 1
-            cpu, peak = proc_stats(proc.pid)
-            try:
-                with ThlReader(kafka, f"thl.{service}") as reader:
-                    tail = reader.tail()
-                last = tail.seqno if tail else -1
-            except ThlTopicMissing:
-                pass
+                return None
+            cpu, peak = cpu_seconds(proc.pid), peak_rss_kib(proc.pid)
+            last = max(last, thl_tail(cfg)[0])
             time.sleep(0.5)
         elapsed = time.monotonic() - started
-        cpu, peak = proc_stats(proc.pid)
+        cpu, peak = cpu_seconds(proc.pid), peak_rss_kib(proc.pid)
     finally:
-        proc.terminate()
-        proc.wait(60)
-    result = {
+        stop(proc)
+    return elapsed, cpu, peak
+
+
+def figures(n_txn: int, n_rows: int, elapsed: float, cpu: float, peak: int
+            ) -> dict[str, Any]:
+    return {
         "benchmark": "extract", "transactions": n_txn, "rows": n_rows,
         "wall_seconds": round(elapsed, 2),
         "rows_per_second": round(n_rows / elapsed),
@@ -162,16 +110,35 @@ def main() -> int:
         "peak_rss_mib": round(peak / 1024, 1),
         "note": "wall time includes extractor start-up (imports, ZooKeeper, Kafka init)",
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-    conn = _connect(args.port)
-    with conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE {schema}")
-        cur.execute(f"DROP DATABASE tungsten_{service}")
-    conn.close()
-    return 0
+
+
+@options.command(__doc__)
+@click.option("--tables", type=int, default=4)
+@click.option("--rows", type=int, default=25_000, help="rows per table")
+@click.option("--txns", type=int, default=5_000, help="write-only transactions")
+@click.option("--port", type=int, default=13306)
+@options.out("extract.json")
+def main(tables: int, rows: int, txns: int, port: int, out: Path) -> None:
+    """Run the benchmark; the JSON goes to ``--out`` and stdout."""
+    service = f"bench{uuid.uuid4().hex[:6]}"
+    schema = f"sbench_{service}"
+    prepare(port, service, schema)
+    print(f"writing the workload into the binlog ({tables} tables x {rows} rows, "
+          f"{txns} write transactions) ...", flush=True)
+    n_txn, n_rows = write_workload(port, schema, tables, rows, txns)
+    config = write_config(RUN / f"{service}.yml", service, {
+        "source": {"port": port, "user": "root", "password": ""},
+        "extractor": {"filters": {"replicate": [f"{schema}.*"]}},
+    })
+    log = RUN / f"{service}.log"
+    # The CREATE TABLEs are transactions too.
+    measured = time_extractor(load_config(config), config, log, n_txn + tables - 1)
+    if measured is None:
+        print(f"extractor exited; see {log}", file=sys.stderr)
+        sys.exit(1)
+    write_result(figures(n_txn, n_rows, *measured), out)
+    drop_schemas(port, [schema, f"tungsten_{service}"])
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

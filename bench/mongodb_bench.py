@@ -30,41 +30,31 @@ Everything the benchmark created is removed afterwards. Not a test: nothing is a
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
-import yaml
-from apply_bench import (
-    COLUMNS,
-    MARIADB_DDL,
-    cpu_seconds,
-    fill_thl,
-    make_rows,
-    start_runner,
-    stop_runner,
-)
-from confluent_kafka.admin import AdminClient
-from kazoo.exceptions import NoNodeError
+import click
+import options
+from group_timing import pick, time_group
+from items import COLUMNS, DDL, extract_items, make_rows
+from processes import ROOT
 from pymongo import MongoClient
+from results import write_result
+from service import drop_schemas, extractor, remove_service, seed_start, stack_servers, write_config
 
-from replicator.tracking import CommitSeqno, CommitSeqnoTable
-from replicator.zk import connect
 from stack.settings import port
 from trep.config import ServiceConfig, load_config
 
-ROOT = Path(__file__).resolve().parent.parent
+RUN = ROOT / ".run"
 GROUP = "mongodb_b{block}"
+SOURCE_ID = "mongodb-bench"
 
 
-def write_config(service: str, schema: str, blocks: list[int], block_ms: int | None,
-                 batch_ops: int | None) -> Path:
+def write_service(service: str, schema: str, blocks: list[int], block_ms: int | None,
+                  batch_ops: int | None) -> Path:
     """The benchmark service: one MongoDB consumer group per block size."""
     target: dict[str, Any] = {"type": "mongodb",
                               "url": f"mongodb://127.0.0.1:{port('ferretdb')}/"}
@@ -75,39 +65,17 @@ def write_config(service: str, schema: str, blocks: list[int], block_ms: int | N
     if block_ms is not None:
         for group in consumers.values():
             group["block_commit_ms"] = block_ms
-    path = ROOT / ".run" / f"{service}.yml"
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(yaml.safe_dump({
-        "service": service,
-        "kafka": {"bootstrap_servers": f"127.0.0.1:{port('kafka')}"},
-        "zookeeper": {"hosts": f"127.0.0.1:{port('zookeeper')}"},
-        "source": {"host": "127.0.0.1", "port": port("mariadb-source"), "user": "root",
-                   "password": ""},
-        "extractor": {"server_id": 9500 + int(service[-4:], 16) % 400,
-                      "source_id": "mongodb-bench",
-                      "filters": {"replicate": [f"{schema}.*"]}},
+    return write_config(RUN / f"{service}.yml", service, {
+        **stack_servers(),
+        "extractor": extractor(service, 9500, 400, [schema], SOURCE_ID),
         "consumers": consumers,
-    }))
-    return path
+    })
 
 
 def prepare(cfg: ServiceConfig, schema: str) -> None:
     """The table on the source, and the extractor's start right after the DDL."""
-    engine = sa.create_engine(f"mysql+pymysql://root@127.0.0.1:{port('mariadb-source')}/")
-    tracking = CommitSeqnoTable(cfg.tracking_schema)
-    try:
-        with engine.begin() as conn:
-            conn.execute(sa.text(f"CREATE DATABASE {schema}"))
-            conn.execute(sa.text(MARIADB_DDL.format(table=f"{schema}.items")))
-            tracking.create(conn)
-            status = conn.execute(sa.text("SHOW MASTER STATUS")).first()
-            if status is None:
-                raise SystemExit("the source has no binary log")
-            tracking.write(conn, CommitSeqno(
-                seqno=-1, epoch=0, eventid=f"{status[0]}:{int(status[1]):016d};0",
-                source_id="mongodb-bench"))
-    finally:
-        engine.dispose()
+    seed_start(port("mariadb-source"), cfg.tracking_schema, SOURCE_ID,
+               [f"CREATE DATABASE {schema}", DDL.format(table=f"{schema}.items")])
 
 
 def client() -> MongoClient[dict[str, Any]]:
@@ -127,51 +95,17 @@ def measure_apply(cfg: ServiceConfig, config: Path, group: str, schema: str, tai
     with client() as mongo:
         mongo[schema].drop_collection("items")
         mongo[cfg.tracking_schema]["trep_commit_seqno"].delete_many({})
-        log = ROOT / ".run" / f"{cfg.service}-{group}.log"
-        started = time.monotonic()
-        proc = start_runner(config, log, "--no-extractor", "--consumer", group)
-        first_commit: tuple[float, int] | None = None
-        cpu = first_cpu = 0.0
-        now = started
-        try:
-            while True:
-                seqno = applied_seqno(mongo, cfg)
-                now = time.monotonic()
-                if seqno >= 0 and first_commit is None:
-                    first_commit = (now, seqno)
-                    first_cpu = cpu_seconds(proc.pid)
-                if seqno >= tail:
-                    break
-                if proc.poll() is not None:
-                    raise SystemExit(f"consumer group {group} exited; see {log}")
-                if now - started > timeout:
-                    raise SystemExit(f"consumer group {group} did not reach seqno {tail} "
-                                     f"within {timeout} s; see {log}")
-                cpu = cpu_seconds(proc.pid)
-                time.sleep(0.05)
-            elapsed = now - started
-            cpu = cpu_seconds(proc.pid)
-        finally:
-            stop_runner(proc)
+        run = time_group(config, RUN / f"{cfg.service}-{group}.log", group,
+                         lambda: applied_seqno(mongo, cfg), tail, timeout)
         on_target = mongo[schema]["items"].count_documents({})
-    events = tail + 1
-    result: dict[str, Any] = {
-        "block_commit_events": cfg.consumers[group].block_commit_events,
-        "wall_seconds": round(elapsed, 2),
-        "rows_per_second": round(rows / elapsed),
-        "cpu_seconds": round(cpu, 2),
-        "cpu_seconds_per_million_rows": round(cpu / rows * 1e6, 1),
-        "documents_on_target": on_target,
-    }
-    if first_commit is not None and now > first_commit[0]:
-        steady_events = tail - first_commit[1]
-        steady_rows = rows * steady_events / events
-        result["steady_rows_per_second"] = round(steady_rows / (now - first_commit[0]))
-        # Start-up (imports, connections) left out: CPU per row while applying.
-        result["steady_cpu_seconds_per_million_rows"] = round(
-            (cpu - first_cpu) / steady_rows * 1e6, 1)
-        result["startup_seconds"] = round(first_commit[0] - started, 2)
-    return result
+    figures = run.figures(rows, tail)
+    # The steady CPU leaves start-up (imports, connections) out: CPU per row while applying.
+    return {"block_commit_events": cfg.consumers[group].block_commit_events,
+            **pick(figures, "wall_seconds", "rows_per_second", "cpu_seconds",
+                   "cpu_seconds_per_million_rows"),
+            "documents_on_target": on_target,
+            **pick(figures, "steady_rows_per_second", "steady_cpu_seconds_per_million_rows",
+                   "startup_seconds")}
 
 
 def raw_bulk_write(schema: str) -> tuple[float, int]:
@@ -204,104 +138,77 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def measure_block(cfg: ServiceConfig, config: Path, block: int, schema: str, tail: int,
+                  rows: int, repeat: int, timeout: float
+                  ) -> tuple[dict[str, Any], list[float], int]:
+    """``repeat`` apply runs of one block size, each followed by its raw write: the medians,
+    the raw writes' seconds and how many documents they wrote."""
+    group = GROUP.format(block=block)
+    repeats, raw_seconds, written = [], [], 0
+    for n in range(repeat):
+        print(f"applying with {group} ({n + 1}/{repeat}), then the raw "
+              "insert_many of the same documents ...", flush=True)
+        run = measure_apply(cfg, config, group, schema, tail, rows, timeout)
+        seconds, written = raw_bulk_write(schema)
+        raw_seconds.append(seconds)
+        run["ratio_to_raw_bulk_write"] = run["rows_per_second"] * seconds / written
+        if "steady_rows_per_second" in run:
+            run["steady_ratio_to_raw_bulk_write"] = \
+                run["steady_rows_per_second"] * seconds / written
+        repeats.append(run)
+    return median_run(repeats), raw_seconds, written
+
+
+def raw_summary(raw_seconds: list[float], written: int) -> dict[str, Any]:
+    """The raw writes of every run: the median, and each one's rate."""
+    seconds = statistics.median(raw_seconds)
+    return {"seconds": round(seconds, 2), "documents": written,
+            "rows_per_second": round(written / seconds),
+            "each_rows_per_second": [round(written / s) for s in raw_seconds]}
+
+
 def cleanup(cfg: ServiceConfig, config: Path, schema: str) -> None:
     """Remove what the benchmark created: schemas, THL topic, consumer groups, znodes."""
-    engine = sa.create_engine(f"mysql+pymysql://root@127.0.0.1:{port('mariadb-source')}/")
-    try:
-        with engine.begin() as conn:
-            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {schema}"))
-            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {cfg.tracking_schema}"))
-    finally:
-        engine.dispose()
+    drop_schemas(port("mariadb-source"), [schema, cfg.tracking_schema])
     with client() as mongo:
         mongo.drop_database(schema)
         mongo.drop_database(cfg.tracking_schema)
-    admin = AdminClient(cfg.kafka.client())
-    groups = [cfg.group_id(name) for name in cfg.consumers]
-    futures = {**admin.delete_topics([cfg.thl_topic], operation_timeout=30),
-               **admin.delete_consumer_groups(groups, request_timeout=30)}
-    for name, future in futures.items():
-        try:
-            future.result(30)
-        except Exception as exc:  # a group that never committed does not exist: fine
-            print(f"cleanup: {name}: {exc}", file=sys.stderr)
-    zk = connect(cfg.zookeeper.hosts, cfg.zookeeper.timeout_s)
-    try:
-        zk.delete(f"{cfg.zookeeper.root.rstrip('/')}/{cfg.service}", recursive=True)
-    except NoNodeError:
-        pass
-    finally:
-        zk.stop()
-        zk.close()
-    config.unlink(missing_ok=True)
+    remove_service(cfg, config)
 
 
-def main() -> int:
-    """Run the benchmark; the JSON goes to ``--out`` and stdout."""
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=100_000, help="rows in the THL")
-    parser.add_argument("--txn-rows", type=int, default=10,
-                        help="rows per source transaction (one THL event each)")
-    parser.add_argument("--blocks", default="1000,100",
-                        help="block_commit_events values to measure, comma-separated")
-    parser.add_argument("--timeout", type=float, default=900.0,
-                        help="seconds one apply run may take at most")
-    parser.add_argument("--block-ms", type=int, default=None,
-                        help="block_commit_ms of every group (default: the applier's)")
-    parser.add_argument("--batch-ops", type=int, default=None,
-                        help="the target's batch_ops (default: the applier's)")
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="runs of each measurement (medians are reported)")
-    parser.add_argument("--keep", action="store_true",
-                        help="leave the schemas, topic and znodes behind for inspection")
-    parser.add_argument("--out", type=Path,
-                        default=ROOT / "bench" / "results" / "mongodb.json")
-    args = parser.parse_args()
-    blocks = [int(b) for b in args.blocks.split(",") if b.strip()]
+def benchmark(rows: int, txn_rows: int, blocks: list[int], block_ms: int | None,
+              batch_ops: int | None, repeat: int, timeout: float, keep: bool
+              ) -> dict[str, Any]:
+    """Fill a fresh service's THL, then the apply runs and raw writes of each block size."""
     service = f"mongo{uuid.uuid4().hex[:6]}"
     schema = f"mbench_{service}"
-    config = write_config(service, schema, blocks, args.block_ms, args.batch_ops)
+    config = write_service(service, schema, blocks, block_ms, batch_ops)
     cfg = load_config(config)
-    rows = make_rows(args.rows)
+    data = make_rows(rows)
     runs = []
     try:
         prepare(cfg, schema)
-        print(f"service {service}: extracting {args.rows} rows in transactions of "
-              f"{args.txn_rows} rows ...", flush=True)
-        tail, fill_seconds = fill_thl(cfg, config, schema, rows, args.txn_rows,
-                                      port("mariadb-source"))
+        tail, fill_seconds = extract_items(
+            cfg, config, RUN / f"{service}-extractor.log", port("mariadb-source"),
+            [f"{schema}.items"], data, txn_rows)
         raw_seconds: list[float] = []
         written = 0
         for block in blocks:
-            group = GROUP.format(block=block)
-            repeats = []
-            for n in range(args.repeat):
-                print(f"applying with {group} ({n + 1}/{args.repeat}), then the raw "
-                      "insert_many of the same documents ...", flush=True)
-                run = measure_apply(cfg, config, group, schema, tail, args.rows, args.timeout)
-                seconds, written = raw_bulk_write(schema)
-                raw_seconds.append(seconds)
-                run["ratio_to_raw_bulk_write"] = run["rows_per_second"] * seconds / written
-                if "steady_rows_per_second" in run:
-                    run["steady_ratio_to_raw_bulk_write"] = \
-                        run["steady_rows_per_second"] * seconds / written
-                repeats.append(run)
-            runs.append(median_run(repeats))
-        seconds = statistics.median(raw_seconds)
-        raw = {"seconds": round(seconds, 2), "documents": written,
-               "rows_per_second": round(written / seconds),
-               "each_rows_per_second": [round(written / s) for s in raw_seconds]}
+            run, seconds, written = measure_block(cfg, config, block, schema, tail, rows,
+                                                  repeat, timeout)
+            runs.append(run)
+            raw_seconds += seconds
+        raw = raw_summary(raw_seconds, written)
         with client() as mongo:
             server = mongo.admin.command("buildInfo")
     finally:
-        if not args.keep:
+        if not keep:
             cleanup(cfg, config, schema)
-    result = {
+    return {
         "benchmark": "mongodb-apply",
         "server": f"FerretDB {server['ferretdbVersion']}" if "ferretdbVersion" in server
         else f"MongoDB {server.get('version')}",
-        "rows": args.rows, "rows_per_transaction": args.txn_rows,
+        "rows": rows, "rows_per_transaction": txn_rows,
         "events": tail + 1, "columns": list(COLUMNS),
         "thl_fill_seconds": round(fill_seconds, 2),
         "runs": runs,
@@ -312,11 +219,28 @@ def main() -> int:
                 "the applier wrote, into a fresh collection, right after each apply run. "
                 "Ratios: median of each run's ratio to its own raw write.",
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-    return 0
+
+
+@options.command(__doc__)
+@options.rows(100_000)
+@options.txn_rows()
+@options.blocks("1000,100")
+@options.timeout("seconds one apply run may take at most")
+@click.option("--block-ms", type=int, default=None,
+              help="block_commit_ms of every group (default: the applier's)")
+@click.option("--batch-ops", type=int, default=None,
+              help="the target's batch_ops (default: the applier's)")
+@click.option("--repeat", type=int, default=3,
+              help="runs of each measurement (medians are reported)")
+@options.keep("leave the schemas, topic and znodes behind for inspection")
+@options.out("mongodb.json")
+def main(rows: int, txn_rows: int, blocks: str, timeout: float, block_ms: int | None,
+         batch_ops: int | None, repeat: int, keep: bool, out: Path) -> None:
+    """Run the benchmark; the JSON goes to ``--out`` and stdout."""
+    result = benchmark(rows, txn_rows, [int(b) for b in options.comma_list(blocks)],
+                       block_ms, batch_ops, repeat, timeout, keep)
+    write_result(result, out)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

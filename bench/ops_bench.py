@@ -10,8 +10,6 @@ and under bench/results/. Not a test: nothing is asserted.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import random
 import subprocess
@@ -21,27 +19,23 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pymysql
-import yaml
+import click
+import options
+from processes import ROOT, cpu_seconds, start_runner, stop
+from results import RESULTS, write_result
+from service import connect_mysql, drop_schemas, stack_servers, write_config
 
 from replicator.requests import ProvisionRequest, read_request
 from replicator.zk import connect
 from stack.settings import port
-from trep.config import load_config
+from trep.config import ServiceConfig, load_config
 
-ROOT = Path(__file__).resolve().parent.parent
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+RUN = ROOT / ".run"
 
 
 def _fill(schema: str, rows: int) -> None:
     rng = random.Random(7)
-    conn = pymysql.connect(host="127.0.0.1", port=port("mariadb-source"), user="root",
-                           password="", autocommit=False, charset="utf8mb4")
+    conn = connect_mysql(port("mariadb-source"))
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE {schema}")
         cur.execute(f"CREATE TABLE {schema}.sbtest1 (id INT PRIMARY KEY, k INT NOT NULL, "
@@ -55,40 +49,29 @@ def _fill(schema: str, rows: int) -> None:
     conn.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rows", type=int, default=500_000)
-    parser.add_argument("--chunk", type=int, default=5000)
-    parser.add_argument("--check-limit", type=int, default=10_000)
-    args = parser.parse_args()
-    service = f"opsb{uuid.uuid4().hex[:8]}"
-    schema = f"src_{service}"
-    _fill(schema, args.rows)
-    run = ROOT / ".run"
-    run.mkdir(exist_ok=True)
-    config = run / f"{service}.yml"
-    config.write_text(yaml.safe_dump({
-        "service": service,
-        "kafka": {"bootstrap_servers": f"127.0.0.1:{port('kafka')}"},
-        "zookeeper": {"hosts": f"127.0.0.1:{port('zookeeper')}"},
-        "source": {"host": "127.0.0.1", "port": port("mariadb-source"), "user": "root",
-                   "password": ""},
+def write_service(service: str, schema: str, chunk: int) -> Path:
+    """An extractor that provisions the table at its first start, and a MariaDB group."""
+    return write_config(RUN / f"{service}.yml", service, {
+        **stack_servers(),
         "extractor": {"server_id": 7000 + random.randint(0, 999),
                       "filters": {"replicate": [f"{schema}.*"]}, "provision": "initial",
-                      "provision_chunk_rows": args.chunk},
+                      "provision_chunk_rows": chunk},
         "consumers": {"mariadb": {"target": {
             "type": "sql", "url": f"mysql+pymysql://root@127.0.0.1:{port('mariadb-target')}/"},
             "block_commit_events": 50}},
-    }))
-    cfg = load_config(config)
+    })
+
+
+def trepctl(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``trepctl -c CONFIG ARGS``, its output captured."""
+    return subprocess.run([sys.executable, "-m", "trep.trepctl", "-c", str(config), *args],
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT,
+                          capture_output=True, text=True, check=False)
+
+
+def time_provision(cfg: ServiceConfig, extractor_pid: int, rows: int) -> dict[str, Any]:
+    """From the provisioning request running to done."""
     zk = connect(cfg.zookeeper.hosts, 10)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    log = (run / f"{service}.log").open("wb")
-    result: dict[str, Any] = {"rows": args.rows, "chunk_rows": args.chunk,
-                              "check_limit": args.check_limit, "cpus": os.cpu_count()}
-    extractor = subprocess.Popen([sys.executable, "-m", "trep.runner", "-c", str(config),
-                                  "--no-consumers"], stdout=log, stderr=log, env=env,
-                                 cwd=ROOT)
     try:
         started = None
         while True:
@@ -98,57 +81,74 @@ def main() -> None:
             if req is not None and req.state == "done":
                 break
             time.sleep(0.05)
-        elapsed = time.monotonic() - (started or time.monotonic())
-        result["provision"] = {"seconds": round(elapsed, 2),
-                               "rows_per_second": round(args.rows / elapsed),
-                               "extractor_cpu_s_per_million_rows": round(
-                                   _cpu(extractor.pid) / args.rows * 1e6, 1)}
-        group = subprocess.Popen([sys.executable, "-m", "trep.runner", "-c", str(config),
-                                  "--no-extractor"], stdout=log, stderr=log, env=env, cwd=ROOT)
-        try:
-            applied = subprocess.run([sys.executable, "-m", "trep.trepctl", "-c", str(config),
-                                      "wait", "-applied", "0", "-limit", "900"], env=env,
-                                     cwd=ROOT, capture_output=True, check=False)
-            while True:  # the whole provisioned table on the target
-                conn = pymysql.connect(host="127.0.0.1", port=port("mariadb-target"),
-                                       user="root", password="")
-                with conn.cursor() as cur:
-                    cur.execute(f"SELECT COUNT(*) FROM {schema}.sbtest1")
-                    row = cur.fetchone()
-                conn.close()
-                if row is not None and row[0] >= args.rows:
-                    break
-                time.sleep(0.5)
-            if applied.returncode != 0:
-                raise SystemExit(f"the group did not apply: {applied.stderr!r}")
-            t0 = time.monotonic()
-            check = subprocess.run([sys.executable, "-m", "trep.trepctl", "-c", str(config),
-                                    "check", f"{schema}.sbtest1", "-limit",
-                                    str(args.check_limit), "-timeout", "900"], env=env,
-                                   cwd=ROOT, capture_output=True, text=True, check=False)
-            elapsed = time.monotonic() - t0
-            result["check"] = {"seconds": round(elapsed, 2),
-                               "rows_per_second": round(args.rows / elapsed),
-                               "exit": check.returncode, "output": check.stdout.strip()}
-        finally:
-            group.terminate()
-            group.wait(60)
     finally:
-        extractor.terminate()
-        extractor.wait(60)
         zk.stop()
         zk.close()
-        conn = pymysql.connect(host="127.0.0.1", port=port("mariadb-source"), user="root",
-                               password="")
+    elapsed = time.monotonic() - (started or time.monotonic())
+    return {"seconds": round(elapsed, 2), "rows_per_second": round(rows / elapsed),
+            "extractor_cpu_s_per_million_rows": round(
+                cpu_seconds(extractor_pid) / rows * 1e6, 1)}
+
+
+def wait_applied(config: Path, schema: str, rows: int) -> None:
+    """Until the group applied everything and the whole table is on the target."""
+    applied = trepctl(config, "wait", "-applied", "0", "-limit", "900")
+    while True:
+        conn = connect_mysql(port("mariadb-target"))
         with conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS {schema}")
-            cur.execute(f"DROP DATABASE IF EXISTS tungsten_{service}")
+            cur.execute(f"SELECT COUNT(*) FROM {schema}.sbtest1")
+            row = cur.fetchone()
         conn.close()
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"ops-{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(json.dumps(result,
-                                                                               indent=2))
-    print(json.dumps(result, indent=2))
+        if row is not None and row[0] >= rows:
+            break
+        time.sleep(0.5)
+    if applied.returncode != 0:
+        raise SystemExit(f"the group did not apply: {applied.stderr!r}")
+
+
+def time_check(config: Path, schema: str, rows: int, limit: int) -> dict[str, Any]:
+    """``trepctl check`` of the table until every range is reported."""
+    t0 = time.monotonic()
+    check = trepctl(config, "check", f"{schema}.sbtest1", "-limit", str(limit),
+                    "-timeout", "900")
+    elapsed = time.monotonic() - t0
+    return {"seconds": round(elapsed, 2), "rows_per_second": round(rows / elapsed),
+            "exit": check.returncode, "output": check.stdout.strip()}
+
+
+def benchmark(rows: int, chunk: int, check_limit: int) -> dict[str, Any]:
+    """Provision a fresh table into a new service's THL, apply it, then check it."""
+    service = f"opsb{uuid.uuid4().hex[:8]}"
+    schema = f"src_{service}"
+    _fill(schema, rows)
+    config = write_service(service, schema, chunk)
+    cfg = load_config(config)
+    log = RUN / f"{service}.log"
+    result: dict[str, Any] = {"rows": rows, "chunk_rows": chunk, "check_limit": check_limit,
+                              "cpus": os.cpu_count()}
+    extractor = start_runner(config, log, "--no-consumers")
+    try:
+        result["provision"] = time_provision(cfg, extractor.pid, rows)
+        group = start_runner(config, log, "--no-extractor")
+        try:
+            wait_applied(config, schema, rows)
+            result["check"] = time_check(config, schema, rows, check_limit)
+        finally:
+            stop(group)
+    finally:
+        stop(extractor)
+        drop_schemas(port("mariadb-source"), [schema, f"tungsten_{service}"])
+    return result
+
+
+@options.command(__doc__)
+@click.option("--rows", type=int, default=500_000)
+@click.option("--chunk", type=int, default=5000)
+@click.option("--check-limit", type=int, default=10_000)
+def main(rows: int, chunk: int, check_limit: int) -> None:
+    """Run the benchmark; the JSON goes to ``bench/results/ops-<time>.json`` and stdout."""
+    result = benchmark(rows, chunk, check_limit)
+    write_result(result, RESULTS / f"ops-{time.strftime('%Y%m%d-%H%M%S')}.json")
 
 
 if __name__ == "__main__":

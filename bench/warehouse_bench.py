@@ -14,31 +14,44 @@ JSON lands in ``bench/results/warehouse.json``; the console shows a summary.
 
 from __future__ import annotations
 
-import argparse
-import json
 import shutil
-import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import click
+import options
+from results import RESULTS, write_result
+from service import write_config
 
-from consumers.warehouse import session as spark_sessions  # noqa: E402
-from consumers.warehouse.config import SparkSettings, WarehouseTarget  # noqa: E402
-from consumers.warehouse.merge import DeltaWriter  # noqa: E402
-from consumers.warehouse.staging import BatchStager, StagingArea  # noqa: E402
-from stack.services.spark import warehouse_spark  # noqa: E402
-from stack.settings import RUN_DIR, port  # noqa: E402
-from thl_topics.event import (  # noqa: E402
+from consumers.warehouse import session as spark_sessions
+from consumers.warehouse.config import SparkSettings, WarehouseTarget
+from consumers.warehouse.merge import DeltaWriter
+from consumers.warehouse.staging import BatchStager, StagingArea
+from stack.services.spark import warehouse_spark
+from stack.settings import RUN_DIR, port
+from thl_topics.event import (
     ColumnSpec,
     DataItem,
     RowAction,
     RowChange,
     ThlEvent,
 )
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The command line's sizes."""
+
+    base_rows: int
+    batch_rows: int
+    batches: int
+    e2e_rows: int
+    e2e_block_rows: int
+    txn_rows: int
+
 
 SPECS = [ColumnSpec(1, "id", "INT", primary_key=True, nullable=False),
          ColumnSpec(2, "name", "VARCHAR", length=40),
@@ -72,88 +85,110 @@ def _events(seqno: int, rows: list[tuple[RowAction, list[Any]]], per_event: int
     return events
 
 
-def merge_bench(args: argparse.Namespace, spark: Any, base: Path) -> dict[str, Any]:
-    cfg = WarehouseTarget(location=str(base))
-    writer = DeltaWriter(spark, cfg)
-    area = StagingArea(cfg.staging(), "bench", "merge")
+class Materializer:
+    """Events staged and merged into the Delta table exactly as the applier does."""
 
-    def materialize(events: list[ThlEvent], app: str) -> tuple[float, float, int]:
-        """(staging seconds, read + MERGE seconds, staged lines); prints the split."""
+    def __init__(self, spark: Any, base: Path) -> None:
+        cfg = WarehouseTarget(location=str(base))
+        self.spark = spark
+        self.writer = DeltaWriter(spark, cfg)
+        self.area = StagingArea(cfg.staging(), "bench", "merge")
+
+    def stage(self, events: list[ThlEvent], first_segment: int = 0) -> BatchStager:
+        """The events as staged CSV segments (numbered from ``first_segment``)."""
         stager = BatchStager()
-        t0 = time.monotonic()
         for event in events:
             stager.add(event)
         for i, seg in enumerate(stager.segments):
-            area.write(seg, i, spark)
+            self.area.write(seg, first_segment + i, self.spark)
+        return stager
+
+    def materialize(self, events: list[ThlEvent], app: str) -> tuple[float, float, int]:
+        """(staging seconds, read + MERGE seconds, staged lines); prints the split."""
+        t0 = time.monotonic()
+        stager = self.stage(events)
         staged = time.monotonic() - t0
-        plans = writer.plan(stager.segments, history=False)
+        plans = self.writer.plan(stager.segments, history=False)
         t1 = time.monotonic()
         for plan in plans:
-            writer.read(plan)
+            self.writer.read(plan)
         read = time.monotonic() - t1
         for plan in plans:
-            writer.prepare_table(plan)
-            writer.merge(plan, app, {"tungsten": {"low": plan.segment.low,
-                                                  "high": plan.segment.high}})
+            self.writer.prepare_table(plan)
+            self.writer.merge(plan, app, {"tungsten": {"low": plan.segment.low,
+                                                       "high": plan.segment.high}})
         total = time.monotonic() - t1
         print(f"  read+type+collapse {read:.2f} s, MERGE {total - read:.2f} s", flush=True)
         return staged, total, sum(s.rows for s in stager.segments)
 
-    # The 1,000,000-row base table, through the same path (inserts only).
-    seqno, t0 = 0, time.monotonic()
-    for start in range(0, args.base_rows, 250_000):
-        rows = [(RowAction.INSERT, _row(i, 0))
-                for i in range(start, min(args.base_rows, start + 250_000))]
-        events = _events(seqno, rows, 1000)
-        seqno += len(events)
-        materialize(events, "bench.base")
-    base_s = time.monotonic() - t0
-    results: list[dict[str, float]] = []
-    next_id = args.base_rows
-    for b in range(args.batches):
-        rows = []
-        for k in range(args.batch_rows):
-            kind = k % 10
-            if kind < 5:
-                i = (b * args.batch_rows + k * 13) % args.base_rows
-                rows.append((RowAction.UPDATE, _row(i, b + 1)))
-            elif kind < 9:
-                rows.append((RowAction.INSERT, _row(next_id, 0)))
-                next_id += 1
-            else:
-                i = (b * args.batch_rows * 3 + k * 17) % args.base_rows
-                rows.append((RowAction.DELETE, _row(i, 0)))
-        events = _events(seqno, rows, 100)
-        seqno += len(events)
-        staged, merged, lines = materialize(events, "bench.batches")
-        # The reference: the same typed rows appended to a plain Delta table.
-        stager = BatchStager()
-        for event in events:
-            stager.add(event)
-        for i, seg in enumerate(stager.segments):
-            area.write(seg, 100 + i, spark)
-        (plan_one,) = writer.plan(stager.segments, history=False)
-        frame = writer.read(plan_one)
+    def append(self, events: list[ThlEvent], base: Path) -> float:
+        """The reference: the same typed rows appended to a plain Delta table; seconds."""
+        stager = self.stage(events, 100)
+        (plan_one,) = self.writer.plan(stager.segments, history=False)
+        frame = self.writer.read(plan_one)
         t2 = time.monotonic()
         frame.write.format("delta").mode("append").save(f"file://{base}/append_ref")
-        append_s = time.monotonic() - t2
-        results.append({"row_changes": args.batch_rows, "staged_lines": lines,
+        return time.monotonic() - t2
+
+
+def batch_changes(b: int, sizes: Sizes, next_id: int
+                  ) -> tuple[list[tuple[RowAction, list[Any]]], int]:
+    """Batch ``b``'s row changes (50 % updates, 40 % inserts, 10 % deletes), next new id."""
+    rows = []
+    for k in range(sizes.batch_rows):
+        kind = k % 10
+        if kind < 5:
+            i = (b * sizes.batch_rows + k * 13) % sizes.base_rows
+            rows.append((RowAction.UPDATE, _row(i, b + 1)))
+        elif kind < 9:
+            rows.append((RowAction.INSERT, _row(next_id, 0)))
+            next_id += 1
+        else:
+            i = (b * sizes.batch_rows * 3 + k * 17) % sizes.base_rows
+            rows.append((RowAction.DELETE, _row(i, 0)))
+    return rows, next_id
+
+
+def build_base(merger: Materializer, base_rows: int) -> tuple[int, float]:
+    """The base table through the same path (inserts only): (next seqno, seconds)."""
+    seqno, t0 = 0, time.monotonic()
+    for start in range(0, base_rows, 250_000):
+        rows = [(RowAction.INSERT, _row(i, 0))
+                for i in range(start, min(base_rows, start + 250_000))]
+        events = _events(seqno, rows, 1000)
+        seqno += len(events)
+        merger.materialize(events, "bench.base")
+    return seqno, time.monotonic() - t0
+
+
+def merge_bench(sizes: Sizes, spark: Any, base: Path) -> dict[str, Any]:
+    """The base table, then each batch merged beside a plain append of it."""
+    merger = Materializer(spark, base)
+    seqno, base_s = build_base(merger, sizes.base_rows)
+    results: list[dict[str, float]] = []
+    next_id = sizes.base_rows
+    n = sizes.batch_rows
+    for b in range(sizes.batches):
+        rows, next_id = batch_changes(b, sizes, next_id)
+        events = _events(seqno, rows, 100)
+        seqno += len(events)
+        staged, merged, lines = merger.materialize(events, "bench.batches")
+        append_s = merger.append(events, base)
+        results.append({"row_changes": n, "staged_lines": lines,
                         "stage_s": round(staged, 3), "merge_s": round(merged, 3),
-                        "merge_rows_per_s": round(args.batch_rows / merged),
+                        "merge_rows_per_s": round(n / merged),
                         "append_s": round(append_s, 3),
-                        "append_rows_per_s": round(args.batch_rows / append_s)})
-        print(f"batch {b}: {args.batch_rows:,} row changes merged in {merged:.2f} s "
-              f"({args.batch_rows / merged:,.0f} rows/s); staging {staged:.2f} s; plain "
-              f"append {append_s:.2f} s ({args.batch_rows / append_s:,.0f} rows/s)",
-              flush=True)
+                        "append_rows_per_s": round(n / append_s)})
+        print(f"batch {b}: {n:,} row changes merged in {merged:.2f} s "
+              f"({n / merged:,.0f} rows/s); staging {staged:.2f} s; plain "
+              f"append {append_s:.2f} s ({n / append_s:,.0f} rows/s)", flush=True)
     count = spark.read.format("delta").load(f"file://{base}/bench/items").count()
-    return {"base_rows": args.base_rows, "base_build_s": round(base_s, 1),
+    return {"base_rows": sizes.base_rows, "base_build_s": round(base_s, 1),
             "final_rows": count, "batches": results}
 
 
-def e2e_bench(args: argparse.Namespace, base: Path) -> dict[str, Any]:
-    import yaml
-
+def e2e_bench(sizes: Sizes, base: Path) -> dict[str, Any]:
+    """THL events into a fresh topic, applied by a warehouse group in this process."""
     from stack.services.kafka import Kafka
     from thl_topics.admin import ThlTopicSpec, ensure_thl_topic
     from thl_topics.producer import ThlProducer
@@ -162,21 +197,20 @@ def e2e_bench(args: argparse.Namespace, base: Path) -> dict[str, Any]:
 
     name = f"wb{uuid.uuid4().hex[:8]}"
     kafka = Kafka()
-    config = base / f"{name}.yml"
-    config.write_text(yaml.safe_dump({
-        "service": name, "kafka": {"bootstrap_servers": kafka.bootstrap},
+    config = write_config(base / f"{name}.yml", name, {
+        "kafka": {"bootstrap_servers": kafka.bootstrap},
         "zookeeper": {"hosts": f"127.0.0.1:{port('zookeeper')}"},
         "source": {"host": "127.0.0.1", "port": 1, "user": "root", "password": ""},
         "consumers": {"w": {"target": {"type": "warehouse", "location": str(base / name),
                                        "spark": warehouse_spark("local[2]")},
-                            "block_commit_rows": args.e2e_block_rows,
-                            "block_commit_ms": 30000}}}))
+                            "block_commit_rows": sizes.e2e_block_rows,
+                            "block_commit_ms": 30000}}})
     cfg = load_config(config)
     ensure_thl_topic(kafka.admin(), ThlTopicSpec(cfg.thl_topic))
     producer = ThlProducer(kafka.bootstrap, cfg.thl_topic, f"bench-{name}")
-    rows = [(RowAction.INSERT, _row(i, 0)) for i in range(args.e2e_rows)]
-    rows += [(RowAction.UPDATE, _row(i, 1)) for i in range(0, args.e2e_rows, 2)]
-    events = _events(0, rows, args.txn_rows)
+    rows = [(RowAction.INSERT, _row(i, 0)) for i in range(sizes.e2e_rows)]
+    rows += [(RowAction.UPDATE, _row(i, 1)) for i in range(0, sizes.e2e_rows, 2)]
+    events = _events(0, rows, sizes.txn_rows)
     for event in events:
         producer.publish(event)
         if event.seqno % 50 == 49:
@@ -197,35 +231,34 @@ def e2e_bench(args: argparse.Namespace, base: Path) -> dict[str, Any]:
     runner.wait()
     kafka.admin().delete_topics([cfg.thl_topic])
     return {"row_changes": len(rows), "events": len(events),
-            "block_rows": args.e2e_block_rows, "wall_s": round(wall, 2),
+            "block_rows": sizes.e2e_block_rows, "wall_s": round(wall, 2),
             "rows_per_s": round(len(rows) / wall)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--base-rows", type=int, default=1_000_000)
-    parser.add_argument("--batch-rows", type=int, default=100_000)
-    parser.add_argument("--batches", type=int, default=3)
-    parser.add_argument("--e2e-rows", type=int, default=100_000)
-    parser.add_argument("--e2e-block-rows", type=int, default=50_000)
-    parser.add_argument("--txn-rows", type=int, default=100)
-    parser.add_argument("--skip-e2e", action="store_true")
-    args = parser.parse_args()
+@options.command(__doc__)
+@click.option("--base-rows", type=int, default=1_000_000)
+@click.option("--batch-rows", type=int, default=100_000)
+@click.option("--batches", type=int, default=3)
+@click.option("--e2e-rows", type=int, default=100_000)
+@click.option("--e2e-block-rows", type=int, default=50_000)
+@options.txn_rows(100, help=None)
+@click.option("--skip-e2e", is_flag=True)
+def main(base_rows: int, batch_rows: int, batches: int, e2e_rows: int, e2e_block_rows: int,
+         txn_rows: int, skip_e2e: bool) -> None:
+    """Run the benchmark; the JSON goes to ``bench/results/warehouse.json``."""
+    sizes = Sizes(base_rows, batch_rows, batches, e2e_rows, e2e_block_rows, txn_rows)
     base = RUN_DIR / "warehouse-bench"
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(parents=True)
     # The applier's own session settings (consumers/warehouse/session.py), on local[2].
     spark = spark_sessions.acquire(SparkSettings.model_validate(warehouse_spark("local[2]")))
-    out: dict[str, Any] = {"spark": "local[2]", "merge": merge_bench(args, spark, base)}
-    if not args.skip_e2e:
-        out["end_to_end"] = e2e_bench(args, base)
+    out: dict[str, Any] = {"spark": "local[2]", "merge": merge_bench(sizes, spark, base)}
+    if not skip_e2e:
+        out["end_to_end"] = e2e_bench(sizes, base)
         e2e = out["end_to_end"]
         print(f"end to end: {e2e['row_changes']:,} row changes THL -> Delta in "
               f"{e2e['wall_s']} s ({e2e['rows_per_s']:,} rows/s)")
-    results = ROOT / "bench" / "results"
-    results.mkdir(exist_ok=True)
-    (results / "warehouse.json").write_text(json.dumps(out, indent=2))
+    write_result(out, RESULTS / "warehouse.json", echo=False)
     shutil.rmtree(base, ignore_errors=True)
 
 

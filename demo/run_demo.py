@@ -29,7 +29,6 @@ and the tables converge again.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import decimal
 import random
@@ -41,6 +40,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import click
 import pymysql
 import sqlalchemy as sa
 import yaml
@@ -497,15 +497,23 @@ def demo(cfg: ServiceConfig, runner: subprocess.Popen[bytes], since: float, log:
     return 0
 
 
-def main() -> int:
-    """Run the demo; 0 when every target holds exactly the source's demo tables."""
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--transactions", type=int, default=300,
-                        help="source transactions in the workload")
-    parser.add_argument("--seed", type=int, default=7)
-    args = parser.parse_args()
+def verbatim(doc: str) -> str:
+    """``doc`` as click help that keeps its line breaks (each paragraph marked ``\\b``)."""
+    return "\n\n".join(f"\b\n{part}" for part in doc.strip().split("\n\n"))
 
+
+@click.command(help=verbatim(__doc__ or ""),
+               context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--transactions", type=int, default=300,
+              help="source transactions in the workload")
+@click.option("--seed", type=int, default=7)
+def main(transactions: int, seed: int) -> None:
+    """Run the demo; exit 0 when every target holds exactly the source's demo tables."""
+    sys.exit(run(transactions, seed))
+
+
+def run(transactions: int, seed: int) -> int:
+    """The demo with this workload; 0 when every target holds exactly the source's."""
     text = TEMPLATE.read_text()
     for name, default in DEFAULT_PORTS.items():
         text = text.replace(f"127.0.0.1:{default}", f"127.0.0.1:{port(name)}")
@@ -539,7 +547,7 @@ def main() -> int:
                                   stdout=out, stderr=out)
     print(f"runner started (pid {runner.pid}, log {log})", flush=True)
     try:
-        result = demo(cfg, runner, since, log, args.transactions, args.seed)
+        result = demo(cfg, runner, since, log, transactions, seed)
     finally:
         runner.send_signal(signal.SIGTERM)
         try:
@@ -553,4 +561,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

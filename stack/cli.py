@@ -6,9 +6,10 @@ Used by the Makefile (``make stack-up`` / ``stack-down`` / ``stack-status``) and
 from __future__ import annotations
 
 import sys
+import textwrap
 import time
 
-import typer
+import click
 from rich.console import Console
 from rich.table import Table
 
@@ -16,49 +17,76 @@ from stack import services
 from stack.errors import StackError
 from stack.service import Service
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Local servers of the replicator: MariaDB, PostgreSQL, Kafka, "
-                       "ZooKeeper, Elasticsearch, FerretDB and Spark.")
+# Kept as written ("\\b"): click would otherwise break service names at their hyphens.
+NAMES_HELP = "\b\n" + textwrap.fill(f"NAMES: services (default: all): {', '.join(services.NAMES)}",
+                                   76, break_on_hyphens=False)
+
+
+class _Commands(click.Group):
+    """Commands listed in the order they are defined (install, up, down, status), each with
+    its whole help line."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        cmd.short_help = cmd.short_help or cmd.help
+        super().add_command(cmd, name)
+
+
+@click.group(cls=_Commands, no_args_is_help=True,
+             help="Local servers of the replicator: MariaDB, PostgreSQL, Kafka, ZooKeeper, "
+                  "Elasticsearch, FerretDB and Spark.")
+def app() -> None:
+    """The ``trep-stack`` command group."""
+
+
 # Wide enough for the status table when output goes to a file or CI log.
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
-NAMES = typer.Argument(None, help=f"services (default: all): {', '.join(services.NAMES)}")
 
-
-def _select(names: list[str] | None) -> list[Service]:
+def _select(names: tuple[str, ...]) -> list[Service]:
     try:
-        return services.select(names)
+        return services.select(list(names))
     except KeyError as exc:
         err.print(f"[red]error:[/red] {exc.args[0]}")
-        raise typer.Exit(2) from exc
+        raise click.exceptions.Exit(2) from exc
 
 
-@app.command()
-def install(names: list[str] | None = NAMES) -> None:
+@app.command(epilog=NAMES_HELP)
+@click.argument("names", nargs=-1)
+def install(names: tuple[str, ...]) -> None:
     """Download and prepare the servers without starting them."""
     for svc in _select(names):
         _step(svc.name, "install", svc.install)
 
 
-@app.command()
-def up(names: list[str] | None = NAMES) -> None:
+@app.command(epilog=NAMES_HELP)
+@click.argument("names", nargs=-1)
+def up(names: tuple[str, ...]) -> None:
     """Install (if needed) and start the servers, waiting until each answers."""
     for svc in _select(names):
         _step(svc.name, "start", svc.start)
-    status(names)
+    _status(names)
 
 
-@app.command()
-def down(names: list[str] | None = NAMES) -> None:
+@app.command(epilog=NAMES_HELP)
+@click.argument("names", nargs=-1)
+def down(names: tuple[str, ...]) -> None:
     """Stop the servers (data stays under the run directory)."""
     for svc in reversed(_select(names)):
         _step(svc.name, "stop", svc.stop)
 
 
-@app.command()
-def status(names: list[str] | None = NAMES) -> None:
+@app.command(epilog=NAMES_HELP)
+@click.argument("names", nargs=-1)
+def status(names: tuple[str, ...]) -> None:
     """Print a table: service, port, up/down, version. Exits 1 if any is down."""
+    _status(names)
+
+
+def _status(names: tuple[str, ...]) -> None:
     table = Table("service", "port", "state", "version", "log")
     all_up = True
     for svc in _select(names):
@@ -69,7 +97,7 @@ def status(names: list[str] | None = NAMES) -> None:
                       str(st.log))
     console.print(table)
     if not all_up:
-        raise typer.Exit(1)
+        raise click.exceptions.Exit(1)
 
 
 def _step(name: str, verb: str, action: object) -> None:
@@ -79,9 +107,9 @@ def _step(name: str, verb: str, action: object) -> None:
             action()  # type: ignore[operator]
         except StackError as exc:
             err.print(f"[red]error:[/red] {exc}")
-            raise typer.Exit(1) from exc
+            raise click.exceptions.Exit(1) from exc
     console.print(f"{verb} {name}: ok ({time.monotonic() - started:.1f} s)")
 
 
 if __name__ == "__main__":
-    sys.exit(app())
+    app()

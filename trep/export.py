@@ -1,7 +1,7 @@
 """Row changes into files people open without code: Parquet, CSV, JSON lines.
 
 Written in chunks (``chunk`` rows), so an export of any size runs in bounded memory. The
-columns are ``thl_topics.changes.COLUMNS``; images are JSON text (``Change.record``), so one
+columns are ``thl_topics.row_changes.COLUMNS``; images are JSON text (``Change.record``), so one
 file holds every table's changes with one schema.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from thl_topics.changes import COLUMNS, Change
+from thl_topics.row_changes import COLUMNS, Change
 
 
 class ChangeFileWriter:

@@ -338,7 +338,7 @@ def export(obj: _Ctx, low: int, high: int, tables: tuple[str, ...], fmt: str,
     key/before/after as JSON text (DECIMAL and big integers as exact text, binary as
     base64). A seqno missing from the range is an error, not a shorter file.
     """
-    from thl_topics.changes import ChangeReader
+    from thl_topics.row_changes import ChangeReader
     from trep.export import ChangeFileWriter
 
     if high < low:

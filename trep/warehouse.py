@@ -149,7 +149,7 @@ def rebuild(cfg: ServiceConfig, group: str | None, table: str, seqno: int, to: s
     from consumers.warehouse import session as spark_sessions
     from consumers.warehouse.history import rebuild as rebuild_table
     from replicator.progress import RunProgress
-    from thl_topics.changes import ChangeReader
+    from thl_topics.row_changes import ChangeReader
 
     _, target = _target(cfg, group)
     schema, name = _split(table)

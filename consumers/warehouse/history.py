@@ -26,9 +26,9 @@ from consumers.warehouse.config import WarehouseTarget
 from consumers.warehouse.merge import DeltaWriter
 from consumers.warehouse.naming import TableRef
 from consumers.warehouse.staging import BatchStager, StagingArea
-from thl_topics.changes import ThlGapError
 from thl_topics.event import RowChange, ThlEvent
 from thl_topics.reader import ThlReader
+from thl_topics.row_changes import ThlGapError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -16,8 +16,9 @@ import subprocess
 import threading
 from typing import TYPE_CHECKING
 
-from consumers.warehouse import class_archive
 from consumers.warehouse.config import SparkSettings
+from stack import class_archive
+from stack.spark_jvm import end_jvm
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -128,33 +129,6 @@ def release(spark: SparkSession) -> None:
         owned.stop()
     except Exception as exc:  # stopping must not raise (close() never raises)
         log.debug("stopping Spark: %s", exc)
-
-
-def end_jvm(timeout: float = 30.0) -> None:
-    """End this process's Spark JVM (pyspark's gateway) and wait until it exits.
-
-    ``spark.stop()`` alone keeps the gateway JVM (about 300 MB) alive until Python exits; the
-    JVM quits when its stdin pipe closes, and only then writes what it writes at exit (a
-    class-data archive). A later session starts a new JVM.
-    """
-    from pyspark import SparkContext
-
-    gateway = SparkContext._gateway
-    if gateway is None:
-        return
-    proc: subprocess.Popen[bytes] | None = getattr(gateway, "proc", None)
-    gateway.shutdown()
-    SparkContext._gateway = None
-    SparkContext._jvm = None
-    if proc is None:
-        return
-    if proc.stdin is not None:
-        proc.stdin.close()
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def forget_dead_jvm() -> None:

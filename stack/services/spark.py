@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING
 
 import pyspark
 
+from stack import class_archive
 from stack.errors import StackError
 from stack.fetch import maven_runtime_jars
 from stack.service import Service
 from stack.settings import HOST, JAVA_HOME, REPO_ROOT, cache_dir, service_dir
+from stack.spark_jvm import end_jvm
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -187,8 +189,6 @@ def session(app_name: str, warehouse: Path | None = None) -> SparkSession:
     """
     from pyspark.sql import SparkSession
 
-    from consumers.warehouse import class_archive
-
     builder = SparkSession.builder.appName(app_name).master("local[2]")
     for key, value in class_archive.use(base_conf(warehouse), "auto").items():
         builder = builder.config(key, value)
@@ -204,8 +204,6 @@ def stop_session(spark: SparkSession, timeout: float = 30.0) -> None:
     exits; the JVM quits when its stdin pipe closes. A later :func:`session` starts a new one.
     """
     from pyspark import SparkContext
-
-    from consumers.warehouse.session import end_jvm
 
     if SparkContext._gateway is None:  # already stopped: the session cannot reach a JVM
         return

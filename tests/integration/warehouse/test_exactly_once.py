@@ -9,7 +9,7 @@ process would: it starts its Spark while the first applies (``warm_up``), and ta
 group over once the killed process's ZooKeeper session expires. After those, each kill is
 followed by a new process, as a supervisor restarts one, so both ways of taking over are
 covered. Every driver JVM maps the class-data archive
-(``consumers/warehouse/class_archive.py``), which the test makes sure of.
+(``stack/class_archive.py``), which the test makes sure of.
 ``TREP_WAREHOUSE_KILLS`` changes the count."""
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 import yaml
 
-from consumers.warehouse import class_archive, class_archive_build
 from consumers.warehouse.session import DEFAULTS
 from replicator.crashpoints import EXIT_STATUS
+from stack import class_archive
 from stack.settings import REPO_ROOT
 from thl_topics.event import RowChange
 
@@ -146,7 +146,7 @@ def _ensure_class_archive(svc: CraftedThl, spark_conf: dict[str, str]) -> str:
     assert path is not None, "no java for Spark"
     spec = svc.config_path.parent / "archive-conf.json"
     spec.write_text(json.dumps(conf))
-    built = subprocess.run([sys.executable, "-m", class_archive_build.__name__, str(path),
+    built = subprocess.run([sys.executable, "-m", class_archive.BUILDER, str(path),
                             str(spec)], capture_output=True, text=True, timeout=900,
                            env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)), cwd=REPO_ROOT)
     assert built.returncode == 0 and path.exists(), built.stderr[-3000:]

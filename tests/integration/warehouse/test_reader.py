@@ -21,9 +21,9 @@ import pytest
 from stack.services.kafka import Kafka
 from stack.settings import REPO_ROOT
 from thl_topics.admin import ThlTopicSpec, ensure_thl_topic
-from thl_topics.changes import COLUMNS, Change, ChangeReader, ThlGapError, spark_changes
 from thl_topics.event import Statement, ThlEvent
 from thl_topics.producer import ThlProducer
+from thl_topics.row_changes import COLUMNS, Change, ChangeReader, ThlGapError, spark_changes
 
 from ..sparks import live_session
 from .conftest import BASE_TSTAMP, delete, insert, spec, update

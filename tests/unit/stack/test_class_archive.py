@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from consumers.warehouse import class_archive
-from consumers.warehouse.class_archive import DRIVER_OPTIONS
+from stack import class_archive
+from stack.class_archive import DRIVER_OPTIONS
 
 
 @pytest.fixture

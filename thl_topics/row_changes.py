@@ -1,7 +1,7 @@
 """The THL as data, for data teams: row changes of a seqno range, or of the live tail.
 
 ```python
-from thl_topics.changes import ChangeReader
+from thl_topics.row_changes import ChangeReader
 
 with ChangeReader("127.0.0.1:9092", "thl.shop") as thl:
     for change in thl.range(1000, 2000):           # seqnos 1000 .. 1999 (half-open)

@@ -1,0 +1,184 @@
+"""bench-compare's apply runs: this project's SQL applier into the MariaDB target and into
+PostgreSQL, each from an empty target and an already filled THL, beside native MariaDB
+replication's SQL thread on the same binlog.
+
+Every run ends with the target equal to the source (a digest of all rows), or the benchmark
+stops. CPU counts the applier and the target server it keeps busy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import sqlalchemy as sa
+from compare_workload import RUN, Workload, mariadb_digest, pg_digest, query
+from group_timing import time_group
+from processes import cpu_seconds
+from service import connect_mysql
+
+from replicator.tracking import CommitSeqnoTable
+from stack import settings
+from stack.services.mariadb import MariaDB
+from stack.settings import HOST
+from trep.config import ServiceConfig
+
+
+class Replica(MariaDB):
+    """A bench-only MariaDB that replicates the source natively (never used by tests)."""
+
+    def __init__(self) -> None:
+        super().__init__("mariadb-replica", server_id=3, binlog=False)
+
+
+def server_pid(server: MariaDB) -> int:
+    """The mariadbd process id of a stack server."""
+    return int(server.pid_file.read_text().split()[0])
+
+
+def slave_status(port: int) -> dict[str, Any]:
+    with connect_mysql(port, autocommit=True) as conn, \
+            conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute("SHOW SLAVE STATUS")
+        return cur.fetchone() or {}
+
+
+def run_native(replica: Replica, work: Workload, timeout: float) -> dict[str, Any]:
+    """The replica fetches the workload's relay log, then its SQL thread alone is timed."""
+    port = replica.port
+    src = settings.port("mariadb-source")
+    for stmt in ("STOP SLAVE", "RESET SLAVE ALL", f"DROP DATABASE IF EXISTS {work.schema}",
+                 f"CHANGE MASTER TO MASTER_HOST='{HOST}', MASTER_PORT={src}, "
+                 f"MASTER_USER='root', MASTER_PASSWORD='', MASTER_USE_GTID=no, "
+                 f"MASTER_LOG_FILE='{work.start[0]}', MASTER_LOG_POS={work.start[1]}",
+                 "START SLAVE IO_THREAD"):
+        query(port, stmt)
+    deadline = time.monotonic() + timeout
+    while True:
+        st = slave_status(port)
+        if st.get("Last_IO_Errno"):
+            raise SystemExit(f"replica IO thread: {st.get('Last_IO_Error')}")
+        if (st.get("Master_Log_File"), int(st.get("Read_Master_Log_Pos") or 0)) >= work.end:
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit("the replica did not fetch the relay log in time")
+        time.sleep(0.1)
+    pid = server_pid(replica)
+    cpu0 = cpu_seconds(pid, children=True)
+    started = time.monotonic()
+    query(port, f"START SLAVE SQL_THREAD UNTIL MASTER_LOG_FILE='{work.end[0]}', "
+                f"MASTER_LOG_POS={work.end[1]}")
+    while True:
+        st = slave_status(port)
+        if st.get("Last_SQL_Errno"):
+            raise SystemExit(f"replica SQL thread: {st.get('Last_SQL_Error')}")
+        done = (st.get("Relay_Master_Log_File"), int(st.get("Exec_Master_Log_Pos") or 0))
+        if done >= work.end:
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit("the replica's SQL thread did not finish in time")
+        time.sleep(0.02)
+    elapsed = time.monotonic() - started
+    cpu = cpu_seconds(pid, children=True) - cpu0
+    query(port, "STOP SLAVE")
+    if mariadb_digest(port, work.schema) != mariadb_digest(src, work.schema):
+        raise SystemExit("the native replica differs from the source")
+    return {"applier": "mariadb-native-sql-thread", "wall_seconds": round(elapsed, 3),
+            "rows_per_second": round(work.rows / elapsed),
+            "cpu_seconds_per_million_rows": round(cpu / work.rows * 1e6, 1)}
+
+
+def applied(engine: sa.Engine, cfg: ServiceConfig) -> int:
+    table = CommitSeqnoTable(cfg.tracking_schema).table
+    try:
+        with engine.connect() as conn:
+            value = conn.execute(sa.select(table.c.seqno).where(table.c.task_id == 0)).scalar()
+    except sa.exc.DBAPIError:
+        return -1
+    return -1 if value is None else int(value)
+
+
+def apply_groups(schema: str) -> dict[str, Any]:
+    """The consumer groups measured: MariaDB with the default block and with 100 events."""
+    mariadb = {"type": "sql", "url": f"mysql+pymysql://root@{HOST}:"
+                                     f"{settings.port('mariadb-target')}/"}
+    return {"consumers": {
+        "mariadb": {"target": mariadb},
+        "mariadb_b100": {"target": mariadb, "block_commit_events": 100},
+        "postgresql": {"target": {"type": "sql", "url": f"postgresql+psycopg://postgres@{HOST}:"
+                                                        f"{settings.port('postgresql')}/postgres"}},
+    }}
+
+
+def reset_target(cfg: ServiceConfig, group: str, schema: str) -> sa.Engine:
+    target = cfg.consumers[group].target
+    url = target.engine_url()  # type: ignore[union-attr]
+    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    tracking = CommitSeqnoTable(cfg.tracking_schema)
+    with engine.begin() as conn:
+        tracking.create(conn)
+        conn.execute(sa.delete(tracking.table))
+        if group == "postgresql":
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        else:
+            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {schema}"))
+    return engine
+
+
+def target_pid(group: str) -> int | None:
+    if group.startswith("mariadb"):
+        return server_pid(MariaDB("mariadb-target", 2, False))
+    with contextlib.suppress(OSError, ValueError):
+        pidfile = settings.RUN_DIR / "postgresql" / "data" / "postmaster.pid"
+        return int(pidfile.read_text().split()[0])
+    return None
+
+
+def tree_cpu(pid: int | None) -> float:
+    """CPU seconds of a process and its live children (PostgreSQL's backends)."""
+    if pid is None:
+        return 0.0
+    total = 0.0
+    pids = [pid]
+    with contextlib.suppress(OSError):
+        pids += [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    for p in pids:
+        with contextlib.suppress(OSError):
+            total += cpu_seconds(p, children=True)
+    return total
+
+
+def same_as_source(group: str, work: Workload) -> None:
+    """Stop the benchmark unless the group's target holds exactly the source's rows."""
+    src = mariadb_digest(settings.port("mariadb-source"), work.schema)
+    got = (mariadb_digest(settings.port("mariadb-target"), work.schema)
+           if group.startswith("mariadb") else pg_digest(settings.port("postgresql"), work.schema))
+    if got != src:
+        raise SystemExit(f"{group}: the target differs from the source ({got[0]} rows vs "
+                         f"{src[0]})")
+
+
+def run_apply(cfg: ServiceConfig, path: Path, group: str, work: Workload, tail: int,
+              timeout: float) -> dict[str, Any]:
+    """One consumer group alone, from an empty target to the THL tail, timed."""
+    engine = reset_target(cfg, group, work.schema)
+    server = target_pid(group)
+    server_cpu0 = tree_cpu(server)
+    run = time_group(path, RUN / f"{cfg.service}-{group}.log", group,
+                     lambda: applied(engine, cfg), tail, timeout, cpu_children=True)
+    server_cpu = tree_cpu(server) - server_cpu0
+    engine.dispose()
+    same_as_source(group, work)
+    cpu = run.cpu
+    result: dict[str, Any] = {
+        "applier": f"tungsten-kafka-{group}", "wall_seconds": round(run.seconds, 2),
+        "rows_per_second": round(work.rows / run.seconds), "cpu_seconds": round(cpu, 2),
+        "cpu_seconds_per_million_rows": round((cpu + server_cpu) / work.rows * 1e6, 1),
+        "applier_cpu_share": round(cpu / (cpu + server_cpu), 2) if cpu + server_cpu else None}
+    steady = run.figures(work.rows, tail).get("steady_rows_per_second")
+    if steady is not None and run.first is not None and tail > run.first.seqno:
+        result["steady_rows_per_second"] = steady
+    return result
