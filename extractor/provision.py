@@ -113,7 +113,8 @@ class Provisioner(SnapshotJob[ProvisionRequest, _Held]):
         if req is None or req.state not in ("requested", "running"):
             return
         if req.state == "requested":
-            self._start(next_seqno)
+            with self.stops_on_missing_table():
+                self._start(next_seqno)
         else:
             self._tables = [_Table(s, t) for s, t in req.resolved]
             self._begun = False

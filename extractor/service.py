@@ -507,11 +507,7 @@ class Extractor:
         if prov is None:
             return
         prov.poll(assembler.next_seqno)
-        try:
-            prov.step(position, assembler)
-        except LookupError as exc:
-            log.error("provisioning stopped: %s", exc)
-            prov.fail(str(exc))
+        prov.step(position, assembler)
         assembler.provisioning = prov.provisioning()
         self.status.provisioning = prov.status_text()
 

@@ -91,10 +91,23 @@ class SnapshotJob(Generic[R, H]):
         except KazooException:
             return
         if req is not None and req.state in self.TAKES_UP:
-            self._take_up(req, next_seqno)
+            with self.stops_on_missing_table(req):
+                self._take_up(req, next_seqno)
 
     def _take_up(self, req: R, next_seqno: int) -> None:
         raise NotImplementedError
+
+    @contextmanager
+    def stops_on_missing_table(self, req: R | None = None) -> Iterator[None]:
+        """A table the request names that the source does not have (or no longer has)
+        fails the request, with why, for ``trepctl``; the extractor goes on streaming."""
+        try:
+            yield
+        except LookupError as exc:
+            if req is not None:
+                self.request = req
+            self.LOG.error("%s stopped: %s", self.NAME, exc)
+            self.fail(str(exc))
 
     def fail(self, message: str) -> None:
         """Give the request up (a table vanished, ...): state failed, with why."""
@@ -112,6 +125,10 @@ class SnapshotJob(Generic[R, H]):
         """At a transaction boundary: emit the pieces whose snapshot is at ``position``."""
         if not self.active:
             return
+        with self.stops_on_missing_table():
+            self._step(position, assembler)
+
+    def _step(self, position: BinlogPosition, assembler: TransactionAssembler) -> None:
         self._open(position, assembler)
         deadline = time.monotonic() + self.STEP_BUDGET_S
         while self.active and time.monotonic() < deadline:

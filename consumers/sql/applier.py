@@ -284,7 +284,7 @@ class SqlApplier:
         self._replay.replaying = self._replay.replaying and not self._seqnos
 
     def channel_store(self) -> SqlChannelStore:
-        """Every channel's position and the shard assignments (consumers.channels)."""
+        """Every channel's position and the shard assignments (consumers.runtime.shards)."""
         return self._positions.channel_store(self._eng)
 
     def _open_txn(self) -> sa.RootTransaction:

@@ -173,12 +173,12 @@ class SqlTracking:
             seqno=seqno)
 
     def channel_store(self, engine: sa.Engine) -> SqlChannelStore:
-        """Every channel's position and the shard assignments (consumers.channels)."""
+        """Every channel's position and the shard assignments (consumers.runtime.shards)."""
         return SqlChannelStore(engine, self.tracking, self.ctx.classify)
 
 
 class SqlChannelStore:
-    """``consumers.channels.ChannelStore`` in the tracking schema of a SQL target; every
+    """``consumers.runtime.shards.ChannelStore`` in the tracking schema of a SQL target; every
     method runs in a short transaction of its own."""
 
     def __init__(self, engine: sa.Engine, tracking: CommitSeqnoTable,

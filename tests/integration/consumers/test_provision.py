@@ -193,3 +193,25 @@ def _provision_marks(rep: Replication) -> list[str]:
             if META_PROVISION in rec.event.metadata and rec.event.last_frag:
                 out.append(rec.event.metadata[META_PROVISION])
     return out
+
+
+def test_a_table_the_source_lacks_fails_the_request_not_the_extractor(
+        replication: Replication) -> None:
+    rep = replication
+    rep.start()
+    s = rep.schema
+    rep.src(ACCOUNTS_MYSQL.format(s=s))
+    rep.pgsql(ACCOUNTS_PG.format(s=s))
+    asked = subprocess.run([sys.executable, "-m", "trep.trepctl", "-c", str(rep.config_path),
+                            "provision", "-table", f"{s}.accounts", "-table", f"{s}.missing"],
+                           capture_output=True, text=True, cwd=REPO_ROOT,
+                           env={"PYTHONPATH": str(REPO_ROOT)}, timeout=120, check=False)
+    assert asked.returncode != 0
+    assert f"{s}.missing: no such table" in asked.stderr + asked.stdout
+    assert _state(rep) == "failed"
+    # The extractor goes on streaming, and took nothing of the failed request into the THL.
+    rep.src(f"INSERT INTO {s}.accounts (id, name) VALUES (1, 'after')")
+    rep.wait_source_applied()
+    assert compare(rep, "accounts", ACCOUNTS_NAMES, "id") == 1
+    assert _extractor_status(rep)["state"] == "ONLINE"
+    assert _provision_marks(rep) == []
