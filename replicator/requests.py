@@ -84,7 +84,12 @@ class CheckRequest(_Request):
 
 def request_path(service: ServiceSettings, kind: str = ProvisionRequest.KIND) -> str:
     """The ZooKeeper node of a service's request of one kind."""
-    return f"{service.zookeeper.root.rstrip('/')}/{service.service}/extractor/{kind}"
+    return request_path_under(f"{service.zookeeper.root.rstrip('/')}/{service.service}", kind)
+
+
+def request_path_under(base: str, kind: str = ProvisionRequest.KIND) -> str:
+    """The request node of one kind under a service's node ``base``."""
+    return f"{base}/extractor/{kind}"
 
 
 def write_request(client: KazooClient, service: ServiceSettings,

@@ -39,6 +39,7 @@ from consumers.config import GroupConfig
 from consumers.errors import ConsumerError, PositionConflict, TerminalError, TransientError
 from consumers.feed import ThlFeed, forget_group_offsets
 from consumers.metrics import ConsumerMetrics
+from consumers.provisioning import PendingProvisioning
 from consumers.runtime.checks import RangeChecks
 from consumers.runtime.control import GoOffline, GroupControl, LeadLost
 from consumers.runtime.group import ChannelBook, Group
@@ -47,6 +48,7 @@ from consumers.runtime.sessions import Progressed, Sessions
 from replicator.config import ConfigError
 from replicator.control import ComponentNodes, Desired
 from replicator.filters import ReplicateFilter, build_chain
+from replicator.requests import request_path_under
 from replicator.state import State, Status
 from replicator.zk import ServiceNodes, ZkHealth, ZkPosition
 
@@ -112,8 +114,10 @@ class ConsumerRuntime:
         self._ctl = GroupControl(
             name, cfg.auto_online, control, self.status, self.metrics, self.lead, zk_health,
             self._channel_book.status if self._parallel else None)
+        pending = (PendingProvisioning(positions.client, request_path_under(positions.base))
+                   if isinstance(positions, ServiceNodes) else None)
         prep = Preparation(replicate, chain, feed.tracking_schema, applier,
-                           RangeChecks(name, replicate, self.capabilities, control))
+                           RangeChecks(name, replicate, self.capabilities, control), pending)
         self._group = Group(name, self.appliers, self.limits, self._ctl, prep,
                             self.metrics, positions, self._channel_book)
         self._sessions = Sessions(self._group, feed.topic,

@@ -14,6 +14,7 @@ from consumers.applier import Applier, StatementPolicy
 from consumers.check import check_of
 from consumers.errors import ConsumerError, DataError
 from consumers.heartbeat import HEARTBEAT_TABLE, Heartbeat, heartbeats
+from consumers.provisioning import PendingProvisioning
 from consumers.runtime.checks import RangeChecks
 from replicator.filters import FilterChain, FilterError, ReplicateFilter
 from replicator.sql_names import is_transactional
@@ -29,13 +30,20 @@ class Preparation:
     """
 
     def __init__(self, replicate: ReplicateFilter, chain: FilterChain, tracking_schema: str,
-                 applier: Applier, checks: RangeChecks) -> None:
+                 applier: Applier, checks: RangeChecks,
+                 pending: PendingProvisioning | None = None) -> None:
         self.filter = replicate
         self.chain = chain
         self.tracking_schema = tracking_schema
         self.applier = applier
         self.capabilities = applier.capabilities
         self.checks = checks
+        self.pending = pending
+
+    def start_session(self) -> None:
+        """Before a session streams: what it must know afresh."""
+        if self.pending is not None:
+            self.pending.read_now()
 
     def apply(self, applier: Applier, event: ThlEvent) -> None:
         """One fragment into the open block of ``applier`` (the group's; with channels, the
@@ -61,7 +69,8 @@ class Preparation:
         In order: the replicator's own rows come out (heartbeats are kept aside), the
         group's replicate/ignore filter, its filter chain, then what the applier declared:
         its statement policy and whether it takes tables without a key (a pkey filter in
-        the chain may have given them one).
+        the chain may have given them one); last, changes to tables a provisioning empties
+        and reloads further on are marked to be applied leniently (``consumers.provisioning``).
         """
         kept: list[DataItem] = []
         beats: list[Heartbeat] = []
@@ -85,6 +94,8 @@ class Preparation:
             event = filtered if filtered is not None else replace(event, data=[])
         if any(not self._admits(item, event) for item in event.data):
             event = replace(event, data=[i for i in event.data if self._admits(i, event)])
+        if self.pending is not None and event.data:
+            event = self.pending.mark(event)
         return event, beats
 
     def _admits(self, item: DataItem, event: ThlEvent) -> bool:

@@ -61,6 +61,7 @@ class Sessions:
             else:
                 first = control.wait_for(feed.first_seqno)
                 feed.seek(first)
+            self.group.prep.start_session()
             control.status.pendingExceptionMessage = "NONE"
             control.set_state(State.ONLINE)
             self._stream(feed, start)
