@@ -4,14 +4,14 @@ the group shows, and the lock that lets this process apply.
 Every part of the runtime asks here whether it may go on (``wants_online``, ``check_lead``
 on seqno boundaries) and waits here (``wait_for``), so an ``offline`` request, a ``stop()``
 or a lost lock is seen wherever the group happens to be. ZooKeeper calls the group cannot
-go on without fail transiently (``zk``); status publishing is best effort and throttled.
+go on without fail transiently (``zk``); status publishing is best effort and throttled
+(``replicator.status_publisher``, as the extractor's).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -20,7 +20,9 @@ from kazoo.exceptions import KazooException
 from consumers.errors import TransientError
 from consumers.metrics import ConsumerMetrics
 from replicator.control import ComponentNodes, Desired, Wakeup
+from replicator.lifecycle import LockLost, check_lock
 from replicator.state import State, Status
+from replicator.status_publisher import StatusPublisher
 from replicator.zk import Leadership, ZkHealth
 
 log = logging.getLogger(__package__)
@@ -32,7 +34,7 @@ class GoOffline(Exception):
     """The operator asked for OFFLINE (or the process is stopping) on a seqno boundary."""
 
 
-class LeadLost(Exception):
+class LeadLost(LockLost):
     """This process no longer holds the group's lock: another one may be applying."""
 
 
@@ -53,8 +55,9 @@ class GroupControl:
         self.status = status
         self.metrics = metrics
         self.lead = lead
-        self.zk_health = zk_health
-        self._extra_status = extra_status
+        #: The group's status in ZooKeeper, as the extractor publishes its own.
+        self.publisher = StatusPublisher(name, status, log, nodes, zk_health, extra_status,
+                                         on_state=self._on_state)
         self._stop = threading.Event()
         self.wakeup = Wakeup()
         self._desired = Desired(state="ONLINE" if auto_online else "OFFLINE")
@@ -63,8 +66,6 @@ class GroupControl:
         self.error_request: int | None = None
         #: Skipped seqnos passed and committed, still to be cleared from the desired state.
         self.skips_done: list[int] = []
-        self._last_publish = 0.0
-        self.stale = False
 
     # -- what the operator wants -------------------------------------------------------------
 
@@ -96,8 +97,7 @@ class GroupControl:
 
     def check_lead(self) -> None:
         """On seqno boundaries: stop applying once the group's lock has gone."""
-        if self.lead.lost.is_set():
-            raise LeadLost("the ZooKeeper session expired and the group's lock with it")
+        check_lock(self.lead, LeadLost, "the group's lock")
 
     def wait_for(self, probe: Callable[[], int | None]) -> int:
         while True:
@@ -148,26 +148,18 @@ class GroupControl:
 
     # -- what the group shows ------------------------------------------------------------------
 
+    @property
+    def stale(self) -> bool:
+        """The published status is behind the group's: publish again when idle."""
+        return self.publisher.stale
+
     def publish(self, force: bool = True) -> None:
         """Publish the status; unforced publishes are throttled and caught up when idle."""
-        now = time.monotonic()
-        if not force and now - self._last_publish < 0.5:
-            self.stale = True
-            return
-        self._last_publish, self.stale = now, False
-        if self.zk_health is not None:
-            self.status.zookeeperDisconnects = self.zk_health.disconnects
-        status = self.status.to_json()
-        if self._extra_status is not None:
-            status.update(self._extra_status())
-        try:
-            self.nodes.publish_status(status)
-        except Exception as exc:  # status is best effort; ZK may be down
-            self.stale = True
-            log.warning("%s: cannot publish status: %s", self.name, exc)
+        self.publisher.publish(force)
 
     def set_state(self, state: State) -> None:
-        self.status.set_state(state)
+        self.publisher.set_state(state)
+
+    def _on_state(self, state: State) -> None:
         self.metrics.state(state)
         log.info("%s: %s", self.name, state.value)
-        self.publish()

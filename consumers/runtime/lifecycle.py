@@ -11,6 +11,10 @@ The state machine (see ``consumers.runtime`` for the whole runtime):
   committed something before it failed starts a fresh count.
 - OFFLINE:ERROR keeps the error until a newer request (``online``, ``offline``).
 - ``reset`` clears the stored position (target, mirrors, the Kafka group's offsets).
+
+The standby loop, the retry policy and the status are the extractor's too
+(``replicator.lifecycle``, ``replicator.status_publisher``); what is the group's alone
+(desired states, warm-up, errors at a seqno) is here.
 """
 
 from __future__ import annotations
@@ -25,14 +29,6 @@ from functools import partial
 from typing import Any
 
 from kazoo.exceptions import KazooException
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    retry_if_exception_type,
-    stop_after_delay,
-    stop_never,
-    wait_exponential,
-)
 
 from consumers.applier import Applier, WarmsUp
 from consumers.config import GroupConfig
@@ -48,6 +44,7 @@ from consumers.runtime.sessions import Progressed, Sessions
 from replicator.config import ConfigError
 from replicator.control import ComponentNodes, Desired
 from replicator.filters import ReplicateFilter, build_chain
+from replicator.lifecycle import LockLost, backoff, lead_until_stopped
 from replicator.requests import request_path_under
 from replicator.state import State, Status
 from replicator.zk import ServiceNodes, ZkHealth, ZkPosition
@@ -143,28 +140,30 @@ class ConsumerRuntime:
         try:
             self._ctl.until_stopped(lambda: self.control.watch_desired(self._ctl.on_desired),
                                     "watching the desired state")
-            standby_logged = False
-            while not self._ctl.stopped():
-                held = self._ctl.until_stopped(lambda: self.lead.acquire(timeout=1.0),
-                                               "taking the group's lock")
-                if not held:
-                    if not standby_logged and not self._ctl.stopped():
-                        log.info("%s: standby: another process applies this group; waiting "
-                                 "for its lock", self.name)
-                        standby_logged = True
-                        self._warm_up()
-                    continue
-                standby_logged = False
-                try:
-                    self._lead()
-                except LeadLost as exc:
-                    self.metrics.error("lock_lost")
-                    log.warning("%s: %s; waiting for the group's lock again", self.name, exc)
-                finally:
-                    self.lead.release()
+            # _lead returns only once stopped: losing the lock is the only way back here.
+            lead_until_stopped(self.lead, self._ctl.stopped, self._acquire, self._lead,
+                               self._lost)
         finally:
             for applier in self.appliers:
                 applier.close()
+
+    def _acquire(self) -> bool:
+        """Wait as standby until the group's lock is ours (False: stopped while waiting)."""
+        standby_logged = False
+        while not self._ctl.stopped():
+            if self._ctl.until_stopped(lambda: self.lead.acquire(timeout=1.0),
+                                       "taking the group's lock"):
+                return True
+            if not standby_logged and not self._ctl.stopped():
+                log.info("%s: standby: another process applies this group; waiting "
+                         "for its lock", self.name)
+                standby_logged = True
+                self._warm_up()
+        return False
+
+    def _lost(self, exc: LockLost) -> None:
+        self.metrics.error("lock_lost")
+        log.warning("%s: %s; waiting for the group's lock again", self.name, exc)
 
     def _warm_up(self) -> None:
         """As a standby, once per process: pay what a takeover would (the warehouse's Spark
@@ -185,10 +184,7 @@ class ConsumerRuntime:
             log.info("%s: standby warmed up in %.1f s", self.name, time.monotonic() - started)
 
     def _lead(self) -> None:
-        try:
-            self.control.mark_alive(self.status.host)
-        except KazooException as exc:
-            log.warning("%s: cannot mark this process alive yet: %s", self.name, exc)
+        self._ctl.publisher.mark_alive(self.status.host)
         # A new lead starts clean, as a restarted process would: an error from an earlier
         # lead may have been dealt with by whoever held the lock meanwhile.
         self._ctl.error_request = None
@@ -222,12 +218,8 @@ class ConsumerRuntime:
             while True:
                 # Backoff and retry_limit_s count one outage: a session that committed
                 # something before it failed starts a fresh count.
-                limit = self.cfg.retry_limit_s
-                retrying = Retrying(
-                    retry=retry_if_exception_type(TransientError),
-                    wait=wait_exponential(multiplier=0.5, max=10),
-                    stop=stop_after_delay(limit) if limit else stop_never,
-                    sleep=self._sleep, before_sleep=self._log_retry, reraise=True)
+                retrying = backoff(self.cfg.retry_limit_s, _transient, self._sleep,
+                                   self._log_failure)
                 try:
                     retrying(self._sessions.run)
                 except Progressed as progressed:
@@ -261,27 +253,17 @@ class ConsumerRuntime:
         if not self._ctl.wants_online():
             raise GoOffline
 
-    def _log_retry(self, state: RetryCallState) -> None:
-        self._log_failure(state.outcome.exception() if state.outcome else None,
-                          state.attempt_number)
-
     def _log_failure(self, exc: BaseException | None, attempt: int) -> None:
         self.metrics.error("transient")
         log.warning("%s: %s; retrying (attempt %d)", self.name, exc, attempt)
-        self.status.pendingExceptionMessage = f"retrying: {exc}"
-        self._ctl.set_state(State.SYNCHRONIZING)
+        self._ctl.publisher.retrying(exc)
 
     def _fail(self, exc: ConsumerError, request: int, kind: str | None = None) -> None:
         self.metrics.error(kind or exc.code.lower())
         log.error("%s: OFFLINE:ERROR at seqno %d: %s", self.name, exc.seqno, exc)
         self._ctl.error_request = request
-        s = self.status
-        s.pendingError = f"Event application failed: seqno={exc.seqno}"
-        s.pendingErrorCode = exc.code
-        s.pendingErrorSeqno = exc.seqno
-        s.pendingErrorEventId = exc.event_id or "NONE"
-        s.pendingExceptionMessage = str(exc)
-        self._ctl.set_state(State.ERROR)
+        self._ctl.publisher.failed(f"Event application failed: seqno={exc.seqno}", exc.code,
+                                   exc.seqno, str(exc), event_id=exc.event_id or "NONE")
 
     def _reset(self) -> None:
         log.info("%s: reset: clearing the stored position", self.name)
@@ -317,6 +299,11 @@ class ConsumerRuntime:
             self._ctl.wakeup.wait(1.0)
             return
         self._ctl.set_state(State.OFFLINE)
+
+
+def _transient(exc: BaseException) -> bool:
+    """What the retry policy retries: target, broker or ZooKeeper away."""
+    return isinstance(exc, TransientError)
 
 
 def _clear_reset(d: Desired) -> None:
