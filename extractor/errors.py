@@ -12,6 +12,7 @@ import sqlalchemy.exc as sa_exc
 from confluent_kafka import KafkaException
 from kazoo.exceptions import KazooException
 
+from replicator.lifecycle import LockLost
 from thl_topics.errors import ThlUnavailable, is_passing
 
 #: Client and server errors of a MySQL server that is down, restarting or unreachable.
@@ -31,7 +32,7 @@ class ThlCommitUnknown(ExtractorError):
     is read again by a new producer."""
 
 
-class LeaderLost(ExtractorError):
+class LeaderLost(ExtractorError, LockLost):
     """This instance no longer holds the service's leader lock (its ZooKeeper session
     expired, or a standby took over and fenced it): wait as standby and lead again."""
 

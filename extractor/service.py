@@ -10,6 +10,7 @@ ZooKeeper mirror) move only after a Kafka commit.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import socket
@@ -32,14 +33,6 @@ from pymysqlreplication.event import (
     XidEvent,
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    retry_if_exception,
-    stop_after_delay,
-    stop_never,
-    wait_exponential,
-)
 
 from extractor import binlog_fixes, row_decoder, table_map_cache
 from extractor.binlog_connection import BinlogConnection
@@ -63,8 +56,10 @@ from replicator import crashpoints
 from replicator.config import ServiceSettings
 from replicator.control import ComponentNodes
 from replicator.filters import ReplicateFilter, TrackingSchemaFilter, build_chain
+from replicator.lifecycle import LockLost, backoff, check_lock, lead_until_stopped
 from replicator.source import source_engine
 from replicator.state import State, Status
+from replicator.status_publisher import StatusPublisher
 from replicator.tracking import CommitSeqno, CommitSeqnoTable
 from replicator.zk import Leadership, ServiceNodes, ZkHealth, ZkPosition, connect
 from replicator.zk_session_slot import claim_slot
@@ -108,9 +103,9 @@ class Extractor:
         self.streaming = threading.Event()
         self.status = Status(serviceName=service.service, role="extractor",
                              host=socket.gethostname())
-        self._control: ComponentNodes | None = None
-        self._last_publish = 0.0
-        self._stale = False
+        #: The status in ZooKeeper (written once ``run()`` has a session), as every
+        #: consumer group publishes its own.
+        self.publisher = StatusPublisher("extractor", self.status, log)
         #: Fresh starts after transient failures (source or Kafka down).
         self.retries = 0
         #: Times this instance lost the leader lock while leading.
@@ -150,29 +145,24 @@ class Extractor:
             slot.follow(zk)
         self.zk_health = ZkHealth(zk)
         nodes = ServiceNodes(zk, self.service.zookeeper.root, self.service.service)
-        self._control = ComponentNodes(zk, self.service.zookeeper.root, self.service.service,
-                                       "extractor")
+        self.publisher.attach(ComponentNodes(zk, self.service.zookeeper.root,
+                                             self.service.service, "extractor"),
+                              self.zk_health)
         self._lead_lock = lead = nodes.leadership("extractor", self.identity)
         try:
-            while not self._stop.is_set():
-                if not self._acquire(lead):
-                    return
-                try:
-                    self._lead_once(nodes, lead)
-                    return
-                except LeaderLost as exc:
-                    self.leadership_losses += 1
-                    # No status from here: the status node belongs to the new leader.
-                    log.warning("extractor %s: %s; waiting to lead again",
-                                self.identity, exc)
-                finally:
-                    lead.release()
+            lead_until_stopped(lead, self._stop.is_set, functools.partial(self._acquire, lead),
+                               functools.partial(self._lead_once, nodes, lead), self._lost)
         finally:
             self.zk_health.closing()
             zk.stop()
             zk.close()
             if slot is not None:
                 slot.release()
+
+    def _lost(self, exc: LockLost) -> None:
+        self.leadership_losses += 1
+        # No status from here: the status node belongs to the new leader.
+        log.warning("extractor %s: %s; waiting to lead again", self.identity, exc)
 
     def _connect_zookeeper(self) -> KazooClient | None:
         """A ZooKeeper session, waited for as long as it takes (None: stopped meanwhile)."""
@@ -205,12 +195,8 @@ class Extractor:
 
     def _lead_once(self, nodes: ServiceNodes, lead: Leadership) -> None:
         """One leadership, until stopped; raises LeaderLost when the lock is gone."""
-        if self._control is not None:
-            try:
-                self._control.mark_alive(self.identity)
-            except KazooException as exc:
-                log.warning("extractor: cannot mark this process alive yet: %s", exc)
-        self._publish(State.SYNCHRONIZING)
+        self.publisher.mark_alive(self.identity)
+        self.publisher.set_state(State.SYNCHRONIZING)
         try:
             self._lead_retrying(nodes)
         except _Stopped:
@@ -225,19 +211,16 @@ class Extractor:
         except Exception as exc:
             self._fail(exc)
             raise
-        self._publish(State.OFFLINE)
+        self.publisher.set_state(State.OFFLINE)
 
     def _fail(self, exc: Exception) -> None:
-        self.status.pendingError = "Extractor failed"
-        self.status.pendingErrorCode = type(exc).__name__
-        self.status.pendingErrorSeqno = self.status.appliedLastSeqno + 1
-        self.status.pendingExceptionMessage = str(exc)
-        self._publish(State.ERROR)
+        self.publisher.failed("Extractor failed", type(exc).__name__,
+                              self.status.appliedLastSeqno + 1, str(exc))
 
     def _check_leader(self) -> None:
         """Called on transaction boundaries: stop leading once the lock has gone."""
-        if self._lead_lock is not None and self._lead_lock.lost.is_set():
-            raise LeaderLost("the ZooKeeper session expired and the leader lock with it")
+        if self._lead_lock is not None:
+            check_lock(self._lead_lock, LeaderLost, "the leader lock")
 
     def _lead_retrying(self, nodes: ServiceNodes) -> None:
         """Lead; after a transient failure, start over from the THL tail, with backoff.
@@ -245,12 +228,7 @@ class Extractor:
         Starting over is the restart path the crash tests prove: a new producer fences the
         old one and the THL tail says where the binlog resumes, so nothing repeats or is lost.
         """
-        limit = self.cfg.retry_limit_s
-        retrying = Retrying(
-            retry=retry_if_exception(is_transient),
-            wait=wait_exponential(multiplier=0.5, max=10),
-            stop=stop_after_delay(limit) if limit else stop_never,
-            sleep=self._sleep, before_sleep=self._log_retry, reraise=True)
+        retrying = backoff(self.cfg.retry_limit_s, is_transient, self._sleep, self._log_retry)
         retrying(self._lead, nodes)
 
     def _sleep(self, seconds: float) -> None:
@@ -258,13 +236,11 @@ class Extractor:
             raise _Stopped
         self._check_leader()
 
-    def _log_retry(self, state: RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome else None
+    def _log_retry(self, exc: BaseException | None, attempt: int) -> None:
         self.retries += 1
         log.warning("extractor: %s; starting again from the THL tail (attempt %d)",
-                    exc, state.attempt_number)
-        self.status.pendingExceptionMessage = f"retrying: {exc}"
-        self._publish(State.SYNCHRONIZING)
+                    exc, attempt)
+        self.publisher.retrying(exc)
 
     def _lead(self, nodes: ServiceNodes) -> None:
         cfg = self.service
@@ -408,7 +384,7 @@ class Extractor:
             self.status.appliedLastSeqno = start.next_seqno - 1
         self.status.appliedLastEpoch = epoch
         self.status.clear_error()
-        self._publish(State.ONLINE)
+        self.publisher.set_state(State.ONLINE)
 
     def _stream(self, start: StartPoint, producer: ThlProducer, engine: sa.Engine,
                 nodes: ServiceNodes) -> None:
@@ -449,8 +425,8 @@ class Extractor:
                 if assembler.in_transaction:
                     continue
                 self._show_xa(assembler)
-                if self._stale and time.monotonic() - self._last_publish >= 0.5:
-                    self._publish(State.ONLINE)  # idle (heartbeats only): show the last commit
+                if self.publisher.stale:  # idle (heartbeats only): show the last commit
+                    self.publisher.set_state(State.ONLINE, force=False)
                 self._check_leader()
                 if not assembler.catching_up:
                     self._provision(position, assembler)
@@ -470,7 +446,7 @@ class Extractor:
     def _report_stall(self, text: str) -> None:
         """The watchdog's finding, in the status now (``trepctl status``: ``stall``)."""
         self.status.stall = text
-        self._publish(State(self.status.state))
+        self.publisher.set_state(State(self.status.state))
 
     def _record_first_position(self, position: BinlogPosition, engine: sa.Engine,
                                nodes: ServiceNodes) -> None:
@@ -492,10 +468,10 @@ class Extractor:
         text = assembler.open_xa()
         if text != self.status.xaPrepared:
             self.status.xaPrepared = text
-            self._stale = True
-        elif text != "NONE" and time.monotonic() - self._last_publish >= 5:
+            self.publisher.stale = True
+        elif text != "NONE" and time.monotonic() - self.publisher.last_publish >= 5:
             self.status.xaPrepared = text  # its age
-            self._stale = True
+            self.publisher.stale = True
 
     def _provision(self, position: BinlogPosition, assembler: TransactionAssembler) -> None:
         """Between transactions: take up provisioning and check requests, emit their due
@@ -544,21 +520,5 @@ class Extractor:
         st.appliedLastSeqno, st.appliedLastEventId = last.seqno, last.event_id
         st.appliedLastEpoch = last.epoch
         st.appliedLatency = round(max(0.0, time.time() - last.tstamp / 1e6), 3)
-        self._stale = True
-        if time.monotonic() - self._last_publish >= 0.5:
-            self._publish(State.ONLINE)
-
-    def _publish(self, state: State) -> None:
-        """Publish the status for ``trepctl status`` (best effort: ZooKeeper may be down)."""
-        self.status.set_state(state)
-        self._last_publish, self._stale = time.monotonic(), False
-        if self._control is None:
-            return
-        if self.zk_health is not None:
-            self.status.zookeeperDisconnects = self.zk_health.disconnects
-        try:
-            self._control.publish_status(self.status.to_json())
-        except Exception as exc:  # a status is never worth stopping the extractor for
-            self._stale = True  # sent again once ZooKeeper answers
-            log.warning("extractor: cannot publish status: %s", exc)
+        self.publisher.set_state(State.ONLINE, force=False)  # throttled; caught up when idle
 
