@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from kazoo.exceptions import KazooException
@@ -23,30 +24,27 @@ from replicator.zk import ZkHealth
 THROTTLE_S = 0.5
 
 
+@dataclass(eq=False)
 class StatusPublisher:
     """Publishes one component's ``status`` to its control znodes.
 
-    ``name`` starts every log line (the logger is the component's). ``nodes`` may come later
+    ``name`` starts every log line (``logger`` is the component's). ``nodes`` may come later
     (``attach``): until then nothing is written. ``extra_status``: more fields for every
     status (the channels', with ``channels: N``); ``on_state``: called on every state set,
     before it is published (a consumer group counts and logs its states).
     """
 
-    def __init__(self, name: str, status: Status, logger: logging.Logger,
-                 nodes: ComponentNodes | None = None, zk_health: ZkHealth | None = None,
-                 extra_status: Callable[[], dict[str, Any]] | None = None,
-                 on_state: Callable[[State], None] | None = None) -> None:
-        self.name = name
-        self.status = status
-        self.nodes = nodes
-        self.zk_health = zk_health
-        self._log = logger
-        self._extra_status = extra_status
-        self._on_state = on_state
-        #: When the status was last published (monotonic seconds).
-        self.last_publish = 0.0
-        #: The published status is behind the component's: publish again when idle.
-        self.stale = False
+    name: str
+    status: Status
+    logger: logging.Logger
+    nodes: ComponentNodes | None = None
+    zk_health: ZkHealth | None = None
+    extra_status: Callable[[], dict[str, Any]] | None = None
+    on_state: Callable[[State], None] | None = None
+    #: When the status was last published (monotonic seconds).
+    last_publish: float = field(default=0.0, init=False)
+    #: The published status is behind the component's: publish again when idle.
+    stale: bool = field(default=False, init=False)
 
     def attach(self, nodes: ComponentNodes, zk_health: ZkHealth | None) -> None:
         """The control znodes, once the component has a ZooKeeper session."""
@@ -60,7 +58,7 @@ class StatusPublisher:
         try:
             self.nodes.mark_alive(identity)
         except KazooException as exc:
-            self._log.warning("%s: cannot mark this process alive yet: %s", self.name, exc)
+            self.logger.warning("%s: cannot mark this process alive yet: %s", self.name, exc)
 
     def publish(self, force: bool = True) -> None:
         """Publish the status; unforced publishes are throttled and caught up when idle."""
@@ -74,19 +72,19 @@ class StatusPublisher:
         if self.zk_health is not None:
             self.status.zookeeperDisconnects = self.zk_health.disconnects
         status = self.status.to_json()
-        if self._extra_status is not None:
-            status.update(self._extra_status())
+        if self.extra_status is not None:
+            status.update(self.extra_status())
         try:
             self.nodes.publish_status(status)
         except Exception as exc:  # a status is never worth stopping for; ZK may be down
             self.stale = True  # sent again once ZooKeeper answers
-            self._log.warning("%s: cannot publish status: %s", self.name, exc)
+            self.logger.warning("%s: cannot publish status: %s", self.name, exc)
 
     def set_state(self, state: State, force: bool = True) -> None:
         """Move to ``state`` and show it."""
         self.status.set_state(state)
-        if self._on_state is not None:
-            self._on_state(state)
+        if self.on_state is not None:
+            self.on_state(state)
         self.publish(force)
 
     def retrying(self, exc: BaseException | None) -> None:
