@@ -29,8 +29,8 @@ from thl_topics.reader import ThlReader
 from trep.config import ServiceConfig, load_config
 from trep.runner import Runner
 
-from ..processes import kill_leftovers
-from ..thl import tail_record
+from ..harness.processes import kill_leftovers
+from ..harness.thl import tail_record
 from .kinds import KINDS, ONLY, Kind, kind_class
 from .tables import READY, Table, mysql_columns, mysql_name
 

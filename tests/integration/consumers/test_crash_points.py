@@ -22,7 +22,7 @@ from stack.settings import REPO_ROOT
 from thl_topics.event import RowChange
 from thl_topics.reader import ThlReader
 
-from ..processes import stacks
+from ..harness.processes import stacks
 from .conftest import Replication
 from .tables import (
     ACCOUNTS_MYSQL,

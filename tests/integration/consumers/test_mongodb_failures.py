@@ -25,7 +25,7 @@ from trep.runner import Runner
 from ..conformance.conftest import Conformance
 from ..conformance.kinds.mongodb import MongoDBKind
 from ..conformance.tables import Table
-from ..processes import kill_leftovers
+from ..harness.processes import kill_leftovers
 from ..soak import kills
 from .tables import ACCOUNTS_MYSQL, ACCOUNTS_NAMES, NOPK_MYSQL, NOPK_NAMES
 from .workload import MixedWorkload

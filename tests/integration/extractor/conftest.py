@@ -25,7 +25,7 @@ from thl_topics.event import ThlEvent
 from thl_topics.reader import ThlReader
 from trep.config import ServiceConfig, load_config
 
-from ..processes import kill_leftovers
+from ..harness.processes import kill_leftovers
 
 
 class ServiceUnderTest:

@@ -34,7 +34,7 @@ from stack import class_archive
 from stack.settings import REPO_ROOT
 from thl_topics.event import RowChange
 
-from ..processes import kill_leftovers
+from ..harness.processes import kill_leftovers
 from ..soak import kills
 from .conftest import GROUP, CraftedThl, delete, insert, spec, update
 

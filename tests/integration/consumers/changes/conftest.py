@@ -28,7 +28,7 @@ from thl_topics.reader import ThlReader
 from trep.config import ServiceConfig, load_config
 from trep.runner import Runner
 
-from ...processes import kill_leftovers
+from ...harness.processes import kill_leftovers
 
 
 class ChangeService:

@@ -36,7 +36,7 @@ from trep.runner import Runner
 
 from ...conformance.kinds.elasticsearch import exact
 from ...conformance.tables import READY, Table, mysql_columns, mysql_name
-from ...processes import kill_leftovers
+from ...harness.processes import kill_leftovers
 
 
 class EsService:
