@@ -21,17 +21,19 @@ def component_status(zk: KazooClient, cfg: ServiceConfig, component: str) -> dic
     return nodes.status() or {}
 
 
-def wait_state(status: Callable[[], dict[str, Any]], state: str, timeout: float,
-               label: str = "", since: float | None = None) -> dict[str, Any]:
+def wait_state(status: Callable[[], dict[str, Any]], state: str, timeout: float, *,
+               since: float | None = None, label: str = "",
+               late: str = "not {state} in {timeout} s: {status}") -> dict[str, Any]:
     """Until ``status`` reports ``state`` (one that came ``since`` a time.time() or later,
-    if given); that status. ``label`` starts the failure's message."""
+    if given); that status. ``label`` and ``late`` make the message of a timeout."""
     deadline = time.monotonic() + timeout
     while True:
         found = status()
         if found.get("state") == state and (
                 since is None or float(found.get("stateSince", 0)) >= since):
             return found
-        assert time.monotonic() < deadline, f"{label}not {state} in {timeout} s: {found}"
+        assert time.monotonic() < deadline, \
+            label + late.format(state=state, timeout=timeout, status=found)
         time.sleep(0.2)
 
 
