@@ -24,6 +24,7 @@ from trep.config import ServiceConfig
 from trep.runner import Runner
 
 from ..harness import sql
+from ..harness.cleanup import cleaned
 from ..harness.config import extractor_section, service_name, write_service
 from ..harness.processes import kill_leftovers, run_trep, spawn_trep
 from ..harness.status import component_status, stopped, wait_state, wait_streaming
@@ -227,8 +228,4 @@ def kind(request: pytest.FixtureRequest) -> Kind:
 @pytest.fixture
 def conformance(tmp_path: Path, kind: Kind, mariadb_source: MariaDB, kafka: Service,
                 zookeeper: Service) -> Iterator[Conformance]:
-    svc = Conformance(tmp_path, kind, mariadb_source, kafka, zookeeper)
-    try:
-        yield svc
-    finally:
-        svc.cleanup()
+    yield from cleaned(Conformance(tmp_path, kind, mariadb_source, kafka, zookeeper))

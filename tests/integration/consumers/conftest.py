@@ -27,6 +27,7 @@ from trep.config import ServiceConfig
 from trep.runner import Runner
 
 from ..harness import sql
+from ..harness.cleanup import made
 from ..harness.config import extractor_section, service_name, write_service
 from ..harness.processes import kill_leftovers, run_trep, spawn_trep
 from ..harness.status import component_status, stopped, wait_applied, wait_state, wait_streaming
@@ -198,17 +199,11 @@ class Replication:
 def make_replication(tmp_path: Path, mariadb_source: MariaDB, mariadb_target: MariaDB,
                      postgresql: PostgreSQL, kafka: Service, zookeeper: Service,
                      ) -> Iterator[Callable[..., Replication]]:
-    made: list[Replication] = []
-
     def make(**consumer: Any) -> Replication:
-        rep = Replication(tmp_path, mariadb_source, mariadb_target, postgresql, kafka,
-                          zookeeper, **consumer)
-        made.append(rep)
-        return rep
+        return Replication(tmp_path, mariadb_source, mariadb_target, postgresql, kafka,
+                           zookeeper, **consumer)
 
-    yield make
-    for rep in made:
-        rep.cleanup()
+    yield from made(make)
 
 
 @pytest.fixture

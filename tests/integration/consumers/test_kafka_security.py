@@ -20,12 +20,12 @@ from click.testing import CliRunner
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from replicator.control import ComponentNodes
 from trep.config import load_config
 from trep.thl import cli as thl_cli
 
 from ..conftest import SecureKafka
 from ..harness.processes import run_trep
+from ..harness.status import component_status
 from .conftest import Replication
 from .tables import (
     ACCOUNTS_MYSQL,
@@ -57,8 +57,7 @@ def _thl(rep: Replication, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _component_status(rep: Replication, component: str) -> dict[str, Any]:
-    nodes = ComponentNodes(rep.zk, rep.cfg.zookeeper.root, rep.name, component)
-    return nodes.status() or {}
+    return component_status(rep.zk, rep.cfg, component)
 
 
 def _group_offset(rep: Replication, group: str) -> int:

@@ -22,6 +22,7 @@ from trep.runner import Runner
 from ..conformance.conftest import Conformance
 from ..conformance.kinds.mongodb import MongoDBKind
 from ..conformance.tables import Table
+from ..harness.cleanup import cleaned
 from ..harness.processes import kill_leftovers, spawn_trep
 from ..soak import kills
 from .tables import ACCOUNTS_MYSQL, ACCOUNTS_NAMES, NOPK_MYSQL, NOPK_NAMES
@@ -48,12 +49,8 @@ class _TransactionsOn(MongoDBKind):
 def mongo(request: pytest.FixtureRequest, tmp_path: Path, ferretdb: Service,
           mariadb_source: MariaDB, kafka: Service, zookeeper: Service) -> Iterator[Conformance]:
     kind = getattr(request, "param", _Kind)
-    svc = Conformance(tmp_path, kind({"ferretdb": ferretdb}), mariadb_source, kafka,
-                      zookeeper)
-    try:
-        yield svc
-    finally:
-        svc.cleanup()
+    yield from cleaned(Conformance(tmp_path, kind({"ferretdb": ferretdb}), mariadb_source,
+                                   kafka, zookeeper))
 
 
 @pytest.mark.parametrize("mongo", [_TransactionsOn], indirect=True)

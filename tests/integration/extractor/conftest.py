@@ -20,6 +20,7 @@ from thl_topics.reader import ThlReader
 from trep.config import ServiceConfig
 
 from ..harness import sql
+from ..harness.cleanup import made
 from ..harness.config import extractor_section, service_name, write_service
 from ..harness.processes import kill_leftovers, spawn_trep
 from ..harness.thl import tail_seqno
@@ -136,16 +137,10 @@ class ServiceUnderTest:
 @pytest.fixture
 def make_service(tmp_path: Path, mariadb_source: MariaDB, kafka: Service,
                  zookeeper: Service) -> Iterator[Callable[..., ServiceUnderTest]]:
-    made: list[ServiceUnderTest] = []
-
     def make(**extractor: Any) -> ServiceUnderTest:
-        svc = ServiceUnderTest(tmp_path, mariadb_source, kafka, zookeeper, **extractor)
-        made.append(svc)
-        return svc
+        return ServiceUnderTest(tmp_path, mariadb_source, kafka, zookeeper, **extractor)
 
-    yield make
-    for svc in made:
-        svc.cleanup()
+    yield from made(make)
 
 
 @pytest.fixture

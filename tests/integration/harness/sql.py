@@ -7,6 +7,19 @@ from typing import Any
 
 import psycopg
 import pymysql
+from pymysql.cursors import Cursor
+
+
+def execute(cur: Cursor, statements: Sequence[str], params: Any = None,
+            many: bool = False) -> None:
+    """Run statements on a MariaDB cursor; ``params`` bind the last (``many``: once per row
+    of ``params``)."""
+    for i, stmt in enumerate(statements):
+        last = i == len(statements) - 1
+        if many and last:
+            cur.executemany(stmt, params)
+        else:
+            cur.execute(stmt, params if last else None)
 
 
 def mysql(port: int, statements: Sequence[str], params: Any = None,
@@ -18,12 +31,7 @@ def mysql(port: int, statements: Sequence[str], params: Any = None,
     try:
         with conn.cursor() as cur:
             cur.execute("SET time_zone = '+00:00'")
-            for i, stmt in enumerate(statements):
-                last = i == len(statements) - 1
-                if many and last:
-                    cur.executemany(stmt, params)
-                else:
-                    cur.execute(stmt, params if last else None)
+            execute(cur, statements, params, many)
             rows = list(cur.fetchall())
         conn.commit()
         return rows

@@ -22,6 +22,7 @@ from thl_topics.producer import ThlProducer
 from trep.config import ServiceConfig
 from trep.runner import Runner
 
+from ..harness.cleanup import cleaned
 from ..harness.config import service_name, write_service
 from ..harness.status import component_status, stopped, wait_state
 from ..sparks import delta_rows, live_session
@@ -145,8 +146,4 @@ class CraftedThl:
 @pytest.fixture
 def crafted(tmp_path: Path, kafka: Kafka, zookeeper: Service, spark: Service
             ) -> Iterator[CraftedThl]:
-    svc = CraftedThl(tmp_path, kafka, zookeeper)
-    try:
-        yield svc
-    finally:
-        svc.cleanup()
+    yield from cleaned(CraftedThl(tmp_path, kafka, zookeeper))

@@ -21,6 +21,7 @@ from trep.config import ServiceConfig
 from trep.runner import Runner
 
 from ...harness import sql
+from ...harness.cleanup import made
 from ...harness.config import extractor_section, service_name, write_service
 from ...harness.processes import kill_leftovers, run_trep, spawn_trep
 from ...harness.status import component_status, stopped, wait_applied, wait_state, wait_streaming
@@ -145,14 +146,8 @@ class ChangeService:
 @pytest.fixture
 def make_service(tmp_path: Path, mariadb_source: MariaDB, kafka: Service, zookeeper: Service,
                  apicurio: Apicurio) -> Iterator[Callable[..., ChangeService]]:
-    made: list[ChangeService] = []
-
     def make(groups: dict[str, dict[str, Any]], **runtime: Any) -> ChangeService:
-        svc = ChangeService(tmp_path, mariadb_source, kafka, zookeeper, apicurio, groups,
-                            **runtime)
-        made.append(svc)
-        return svc
+        return ChangeService(tmp_path, mariadb_source, kafka, zookeeper, apicurio, groups,
+                             **runtime)
 
-    yield make
-    for svc in made:
-        svc.cleanup()
+    yield from made(make)

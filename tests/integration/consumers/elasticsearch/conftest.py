@@ -30,6 +30,7 @@ from trep.runner import Runner
 from ...conformance.kinds.elasticsearch import exact
 from ...conformance.tables import READY, Table, mysql_columns, mysql_name
 from ...harness import sql
+from ...harness.cleanup import made
 from ...harness.config import extractor_section, service_name, write_service
 from ...harness.processes import kill_leftovers, run_trep, spawn_trep
 from ...harness.status import component_status, stopped, wait_applied, wait_state, wait_streaming
@@ -100,12 +101,7 @@ class EsService:
                                password="", charset="utf8mb4", autocommit=False)
         try:
             with conn.cursor() as cur:
-                for i, stmt in enumerate(statements):
-                    last = i == len(statements) - 1
-                    if many and last:
-                        cur.executemany(stmt, params)
-                    else:
-                        cur.execute(stmt, params if last else None)
+                sql.execute(cur, statements, params, many)
                 conn.commit()
                 cur.execute("SELECT @@last_gtid")
                 found = cur.fetchone()
@@ -254,14 +250,8 @@ class EsService:
 def make_service(tmp_path: Path, mariadb_source: MariaDB, kafka: Service, zookeeper: Service,
                  elasticsearch: Service) -> Iterator[Any]:
     """``make_service(groups)``: an EsService, cleaned up after the test."""
-    made: list[EsService] = []
-
     def make(groups: dict[str, dict[str, Any]], **options: Any) -> EsService:
-        svc = EsService(tmp_path, mariadb_source, kafka, zookeeper, elasticsearch, groups,
-                        **options)
-        made.append(svc)
-        return svc
+        return EsService(tmp_path, mariadb_source, kafka, zookeeper, elasticsearch, groups,
+                         **options)
 
-    yield make
-    for svc in made:
-        svc.cleanup()
+    yield from made(make)
