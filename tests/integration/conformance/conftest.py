@@ -24,9 +24,9 @@ from trep.config import ServiceConfig
 from trep.runner import Runner
 
 from ..harness import sql
-from ..harness.cleanup import cleaned
+from ..harness.cleanup import cleaned, tear_down
 from ..harness.config import extractor_section, service_name, write_service
-from ..harness.processes import kill_leftovers, run_trep, spawn_trep
+from ..harness.processes import run_trep, spawn_trep
 from ..harness.status import component_status, stopped, wait_state, wait_streaming
 from ..harness.thl import commit_marker, tail_record, wait_marker
 from .kinds import KINDS, ONLY, Kind, kind_class
@@ -177,15 +177,12 @@ class Conformance:
         return "\n".join(lines)
 
     def cleanup(self) -> None:
-        try:
-            kill_leftovers(self.procs)
-            self.stop()
-        finally:
-            self.src(f"DROP DATABASE IF EXISTS {self.schema}",
-                     f"DROP DATABASE IF EXISTS {self.cfg.tracking_schema}")
-            self.kind.drop(self.schema, self.name)
-            self.zk.stop()
-            self.zk.close()
+        tear_down(self.procs, self.stop, self._drop, self.zk)
+
+    def _drop(self) -> None:
+        self.src(f"DROP DATABASE IF EXISTS {self.schema}",
+                 f"DROP DATABASE IF EXISTS {self.cfg.tracking_schema}")
+        self.kind.drop(self.schema, self.name)
 
 
 def _sort_key(row: Sequence[Any]) -> tuple[tuple[bool, str], ...]:

@@ -27,9 +27,9 @@ from trep.config import ServiceConfig
 from trep.runner import Runner
 
 from ..harness import sql
-from ..harness.cleanup import made
+from ..harness.cleanup import made, tear_down
 from ..harness.config import extractor_section, service_name, write_service
-from ..harness.processes import kill_leftovers, run_trep, spawn_trep
+from ..harness.processes import run_trep, spawn_trep
 from ..harness.status import component_status, stopped, wait_applied, wait_state, wait_streaming
 from ..harness.thl import commit_marker, tail_record, wait_marker
 
@@ -181,18 +181,15 @@ class Replication:
         return seqno
 
     def cleanup(self) -> None:
-        try:
-            kill_leftovers(self.procs)
-            self.stop()
-        finally:
-            for stmt in (f"DROP DATABASE IF EXISTS {self.schema}",
-                         f"DROP DATABASE IF EXISTS {self.cfg.tracking_schema}"):
-                self.src(stmt)
-                self.tgt(stmt)
-            self.pgsql(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE',
-                       f'DROP SCHEMA IF EXISTS "{self.cfg.tracking_schema}" CASCADE')
-            self.zk.stop()
-            self.zk.close()
+        tear_down(self.procs, self.stop, self._drop, self.zk)
+
+    def _drop(self) -> None:
+        for stmt in (f"DROP DATABASE IF EXISTS {self.schema}",
+                     f"DROP DATABASE IF EXISTS {self.cfg.tracking_schema}"):
+            self.src(stmt)
+            self.tgt(stmt)
+        self.pgsql(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE',
+                   f'DROP SCHEMA IF EXISTS "{self.cfg.tracking_schema}" CASCADE')
 
 
 @pytest.fixture

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable, Iterator
 from typing import Protocol, TypeVar
+
+from kazoo.client import KazooClient
+
+from .processes import kill_leftovers
 
 
 class Cleaned(Protocol):
@@ -34,3 +39,17 @@ def made(make: Callable[..., S]) -> Iterator[Callable[..., S]]:
     yield tracked
     for svc in services:
         svc.cleanup()
+
+
+def tear_down(procs: list[subprocess.Popen[bytes]], stop: Callable[[], None],
+              drop: Callable[[], None], zk: KazooClient) -> None:
+    """The end of a service: its leftover processes killed and its runner stopped, then,
+    even when that failed, ``drop`` (what it made on the servers) and its ZooKeeper client
+    closed. No process may see its schemas dropped under it."""
+    try:
+        kill_leftovers(procs)
+        stop()
+    finally:
+        drop()
+        zk.stop()
+        zk.close()

@@ -21,9 +21,9 @@ from trep.config import ServiceConfig
 from trep.runner import Runner
 
 from ...harness import sql
-from ...harness.cleanup import made
+from ...harness.cleanup import made, tear_down
 from ...harness.config import extractor_section, service_name, write_service
-from ...harness.processes import kill_leftovers, run_trep, spawn_trep
+from ...harness.processes import run_trep, spawn_trep
 from ...harness.status import component_status, stopped, wait_applied, wait_state, wait_streaming
 from ...harness.thl import commit_marker, wait_marker
 
@@ -126,21 +126,18 @@ class ChangeService:
         return seqno
 
     def cleanup(self) -> None:
-        try:
-            kill_leftovers(self.procs)
-            self.stop()
-        finally:
-            self.src(f"DROP DATABASE IF EXISTS {self.schema}",
-                     f"DROP DATABASE IF EXISTS {self.cfg.tracking_schema}")
-            admin = AdminClient({"bootstrap.servers": self.bootstrap})
-            topics = [t for t in admin.list_topics(timeout=30).topics
-                      if t.startswith((f"{self.name}.", f"tungsten_{self.name}.",
-                                       f"thl.{self.name}"))]
-            if topics:
-                for future in admin.delete_topics(topics, operation_timeout=30).values():
-                    future.result(60)
-            self.zk.stop()
-            self.zk.close()
+        tear_down(self.procs, self.stop, self._drop, self.zk)
+
+    def _drop(self) -> None:
+        self.src(f"DROP DATABASE IF EXISTS {self.schema}",
+                 f"DROP DATABASE IF EXISTS {self.cfg.tracking_schema}")
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        topics = [t for t in admin.list_topics(timeout=30).topics
+                  if t.startswith((f"{self.name}.", f"tungsten_{self.name}.",
+                                   f"thl.{self.name}"))]
+        if topics:
+            for future in admin.delete_topics(topics, operation_timeout=30).values():
+                future.result(60)
 
 
 @pytest.fixture

@@ -30,9 +30,9 @@ from trep.runner import Runner
 from ...conformance.kinds.elasticsearch import exact
 from ...conformance.tables import READY, Table, mysql_columns, mysql_name
 from ...harness import sql
-from ...harness.cleanup import made
+from ...harness.cleanup import made, tear_down
 from ...harness.config import extractor_section, service_name, write_service
-from ...harness.processes import kill_leftovers, run_trep, spawn_trep
+from ...harness.processes import run_trep, spawn_trep
 from ...harness.status import component_status, stopped, wait_applied, wait_state, wait_streaming
 from ...harness.thl import commit_marker, tail_seqno, wait_marker
 
@@ -232,18 +232,15 @@ class EsService:
         return {h["_id"] for h in hits}
 
     def cleanup(self) -> None:
-        try:
-            kill_leftovers(self.procs)
-            self.stop()
-        finally:
-            self.src(f"DROP DATABASE IF EXISTS {self.schema}",
-                     f"DROP DATABASE IF EXISTS {self.cfg.tracking_schema}")
-            for pattern in (f"{self.schema}.*", self.cfg.tracking_schema.lower()):
-                self.es.indices.delete(index=pattern, ignore_unavailable=True,
-                                       allow_no_indices=True, expand_wildcards="all")
-            self.es.close()
-            self.zk.stop()
-            self.zk.close()
+        tear_down(self.procs, self.stop, self._drop, self.zk)
+
+    def _drop(self) -> None:
+        self.src(f"DROP DATABASE IF EXISTS {self.schema}",
+                 f"DROP DATABASE IF EXISTS {self.cfg.tracking_schema}")
+        for pattern in (f"{self.schema}.*", self.cfg.tracking_schema.lower()):
+            self.es.indices.delete(index=pattern, ignore_unavailable=True,
+                                   allow_no_indices=True, expand_wildcards="all")
+        self.es.close()
 
 
 @pytest.fixture
