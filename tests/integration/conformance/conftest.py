@@ -6,31 +6,29 @@ real server from the stack.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import pymysql
 import pytest
-import yaml
 
 from replicator.control import ComponentNodes
 from replicator.zk import connect
 from stack.service import Service
 from stack.services.mariadb import MariaDB
-from stack.settings import REPO_ROOT
 from thl_topics.event import RowChange
 from thl_topics.reader import ThlReader
-from trep.config import ServiceConfig, load_config
+from trep.config import ServiceConfig
 from trep.runner import Runner
 
-from ..processes import kill_leftovers
-from ..thl import tail_record
+from ..harness import sql
+from ..harness.cleanup import cleaned, tear_down
+from ..harness.config import extractor_section, service_name, write_service
+from ..harness.processes import run_trep, spawn_trep
+from ..harness.status import component_status, stopped, wait_state, wait_streaming
+from ..harness.thl import commit_marker, tail_record, wait_marker
 from .kinds import KINDS, ONLY, Kind, kind_class
 from .tables import READY, Table, mysql_columns, mysql_name
 
@@ -43,7 +41,7 @@ class Conformance:
     def __init__(self, tmp_path: Path, kind: Kind, source: MariaDB, kafka: Service,
                  zookeeper: Service) -> None:
         self.kind = kind
-        self.name = f"c{uuid.uuid4().hex[:10]}"
+        self.name = service_name("c")
         self.schema = f"src_{self.name}"
         self.source = source
         self.bootstrap = f"127.0.0.1:{kafka.port}"
@@ -59,41 +57,19 @@ class Conformance:
 
     def configure(self, **extractor: Any) -> None:
         """(Re)write the service file; ``extractor`` settings go to its section."""
-        self.config_path.write_text(yaml.safe_dump({
-            "service": self.name,
-            "kafka": {"bootstrap_servers": self.bootstrap},
-            "zookeeper": {"hosts": self.zk_hosts},
-            "source": {"host": "127.0.0.1", "port": self.source.port, "user": "root",
-                       "password": ""},
-            "extractor": {"server_id": 8000 + int(self.name[1:5], 16) % 1000,
-                          "filters": {"replicate": [f"{self.schema}.*"]},
-                          "batch_ms": 20, **extractor},
-            "consumers": {GROUP: {"target": self.kind.target(self.name),
-                                  "block_commit_ms": 100}},
-        }))
-        self.cfg: ServiceConfig = load_config(self.config_path)
+        self.cfg: ServiceConfig = write_service(
+            self.config_path, self.name, bootstrap=self.bootstrap,
+            zookeeper={"hosts": self.zk_hosts}, source_port=self.source.port,
+            extractor=extractor_section(self.name, self.schema, 8000, 1000,
+                                        {"batch_ms": 20, **extractor}),
+            consumers={GROUP: {"target": self.kind.target(self.name),
+                               "block_commit_ms": 100}})
 
     # -- the source -------------------------------------------------------------------------
 
     def src(self, *statements: str, params: Any = None, many: bool = False) -> list[Any]:
         """Statements on the source in one transaction (``params`` bind the last)."""
-        conn = pymysql.connect(host="127.0.0.1", port=self.source.port, user="root",
-                               password="", charset="utf8mb4", autocommit=False)
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SET time_zone = '+00:00'")
-                rows: list[Any] = []
-                for i, stmt in enumerate(statements):
-                    last = i == len(statements) - 1
-                    if many and last:
-                        cur.executemany(stmt, params)
-                    else:
-                        cur.execute(stmt, params if last else None)
-                    rows = list(cur.fetchall())
-            conn.commit()
-            return rows
-        finally:
-            conn.close()
+        return sql.mysql(self.source.port, statements, params, many)
 
     def create(self, *tables: Table) -> None:
         """Create tables on the source (and on the target where the kind needs it)."""
@@ -110,36 +86,21 @@ class Conformance:
         self.runner = Runner(self.cfg, extractor=True, consumers=[GROUP])
         self.runner.start()
         assert self.runner.extractor is not None
-        deadline = time.monotonic() + 60
-        while not self.runner.extractor.streaming.is_set():
-            assert time.monotonic() < deadline, "extractor did not start streaming"
-            time.sleep(0.1)
+        wait_streaming(self.runner, self.runner.extractor, watch_failures=False)
 
     def stop(self) -> None:
         if self.runner is not None:
-            self.runner.stop()
-            self.runner.wait()
-            failures, self.runner = self.runner.failures, None
+            failures, self.runner = stopped(self.runner), None
             assert not failures, failures
 
     def spawn(self, crash: str | None = None) -> subprocess.Popen[bytes]:
         """trep-run in its own process, armed with a crash point if asked."""
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-        env.pop("TREP_CRASH_AT", None)
-        if crash:
-            env["TREP_CRASH_AT"] = crash
-        with self.log_path.open("ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "trep.runner", "-c",
-                                     str(self.config_path)], stdout=log, stderr=log, env=env,
-                                    cwd=REPO_ROOT)
+        proc = spawn_trep("trep.runner", self.config_path, self.log_path, crash=crash or None)
         self.procs.append(proc)
         return proc
 
     def trepctl(self, *args: str) -> subprocess.CompletedProcess[str]:
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-        return subprocess.run([sys.executable, "-m", "trep.trepctl", "-c",
-                               str(self.config_path), *args], capture_output=True, text=True,
-                              env=env, cwd=REPO_ROOT, timeout=120, check=False)
+        return run_trep("trep.trepctl", self.config_path, *args)
 
     # -- positions --------------------------------------------------------------------------
 
@@ -155,17 +116,10 @@ class Conformance:
             time.sleep(0.2)
 
     def status(self) -> dict[str, Any]:
-        nodes = ComponentNodes(self.zk, self.cfg.zookeeper.root, self.name, f"consumers/{GROUP}")
-        return nodes.status() or {}
+        return component_status(self.zk, self.cfg, f"consumers/{GROUP}")
 
     def wait_state(self, state: str, timeout: float = 60) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            status = self.status()
-            if status.get("state") == state:
-                return status
-            assert time.monotonic() < deadline, f"not {state} in {timeout} s: {status}"
-            time.sleep(0.2)
+        return wait_state(self.status, state, timeout)
 
     def wait_applied(self, seqno: int, timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
@@ -181,19 +135,12 @@ class Conformance:
     def wait_source_applied(self, timeout: float | None = None) -> int:
         """Until the group applied everything the source committed so far; that seqno."""
         timeout = 180 + self.kind.startup_s if timeout is None else timeout
-        marker = self.src(f"INSERT INTO {self.schema}.ready VALUES ()",
-                          "SELECT LAST_INSERT_ID()")[0][0]
+        marker = commit_marker(self.src, self.schema)
         deadline = time.monotonic() + timeout
-        while True:
-            assert time.monotonic() < deadline, f"marker {marker} never reached the THL"
-            tail = tail_record(self.cfg.kafka.client(), self.cfg.thl_topic)
-            if tail is not None and tail.event is not None and any(
-                    isinstance(item, RowChange) and item.table == "ready"
-                    and item.column_values and item.column_values[-1][0] == marker
-                    for item in tail.event.data):
-                self.wait_applied(tail.seqno, max(1.0, deadline - time.monotonic()))
-                return tail.seqno
-            time.sleep(0.2)
+        seqno = wait_marker(lambda: tail_record(self.cfg.kafka.client(), self.cfg.thl_topic),
+                            marker, deadline)
+        self.wait_applied(seqno, max(1.0, deadline - time.monotonic()))
+        return seqno
 
     # -- comparing --------------------------------------------------------------------------
 
@@ -230,15 +177,12 @@ class Conformance:
         return "\n".join(lines)
 
     def cleanup(self) -> None:
-        try:
-            kill_leftovers(self.procs)
-            self.stop()
-        finally:
-            self.src(f"DROP DATABASE IF EXISTS {self.schema}",
-                     f"DROP DATABASE IF EXISTS {self.cfg.tracking_schema}")
-            self.kind.drop(self.schema, self.name)
-            self.zk.stop()
-            self.zk.close()
+        tear_down(self.procs, self.stop, self._drop, self.zk)
+
+    def _drop(self) -> None:
+        self.src(f"DROP DATABASE IF EXISTS {self.schema}",
+                 f"DROP DATABASE IF EXISTS {self.cfg.tracking_schema}")
+        self.kind.drop(self.schema, self.name)
 
 
 def _sort_key(row: Sequence[Any]) -> tuple[tuple[bool, str], ...]:
@@ -281,8 +225,4 @@ def kind(request: pytest.FixtureRequest) -> Kind:
 @pytest.fixture
 def conformance(tmp_path: Path, kind: Kind, mariadb_source: MariaDB, kafka: Service,
                 zookeeper: Service) -> Iterator[Conformance]:
-    svc = Conformance(tmp_path, kind, mariadb_source, kafka, zookeeper)
-    try:
-        yield svc
-    finally:
-        svc.cleanup()
+    yield from cleaned(Conformance(tmp_path, kind, mariadb_source, kafka, zookeeper))

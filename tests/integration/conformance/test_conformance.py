@@ -16,7 +16,7 @@ import pytest
 from replicator.crashpoints import EXIT_STATUS
 from thl_topics.reader import ThlReader
 
-from ..processes import stacks
+from ..harness.processes import stacks
 from .conftest import Conformance
 from .tables import (
     BIG,

@@ -7,36 +7,31 @@ the schema and ``ready`` by hand, and the tests' own PostgreSQL DDL), so both wa
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import psycopg
-import pymysql
 import pytest
-import yaml
 from confluent_kafka.admin import AdminClient
 
 from extractor.service import Extractor
 from replicator.config import MetricsConfig
-from replicator.control import ComponentNodes
 from replicator.zk import connect
 from stack.service import Service
 from stack.services.mariadb import MariaDB
 from stack.services.postgresql import PostgreSQL
-from stack.settings import REPO_ROOT
-from thl_topics.event import RowChange
-from trep.config import ServiceConfig, load_config
+from trep.config import ServiceConfig
 from trep.runner import Runner
 
-from ..processes import kill_leftovers
-from ..thl import tail_record
+from ..harness import sql
+from ..harness.cleanup import made, tear_down
+from ..harness.config import extractor_section, service_name, write_service
+from ..harness.processes import run_trep, spawn_trep
+from ..harness.status import component_status, stopped, wait_applied, wait_state, wait_streaming
+from ..harness.thl import commit_marker, tail_record, wait_marker
 
 
 class Replication:
@@ -53,23 +48,18 @@ class Replication:
         applier makes them from the THL); ``groups``: more groups (name: their section)."""
         mariadb_target = mariadb_target or {}
         pg_target = pg_target or {}
-        self.name = f"r{uuid.uuid4().hex[:10]}"
+        self.name = service_name("r")
         self.schema = f"src_{self.name}"
         self.source, self.target, self.pg = source, target, pg
         self.config_path = tmp_path / f"{self.name}.yml"
         self.log_path = tmp_path / f"{self.name}.log"
         self.procs: list[subprocess.Popen[bytes]] = []
         common = {"block_commit_ms": 100, **consumer}
-        self.config_path.write_text(yaml.safe_dump({
-            "service": self.name,
-            "kafka": {"bootstrap_servers": f"127.0.0.1:{kafka.port}"},
-            "zookeeper": {"hosts": f"127.0.0.1:{zookeeper.port}"},
-            "source": {"host": "127.0.0.1", "port": source.port, "user": "root",
-                       "password": ""},
-            "extractor": {"server_id": 3000 + int(self.name[1:5], 16) % 5000,
-                          "filters": {"replicate": [f"{self.schema}.*"]},
-                          "batch_ms": 20},
-            "consumers": {
+        self.cfg: ServiceConfig = write_service(
+            self.config_path, self.name, bootstrap=f"127.0.0.1:{kafka.port}",
+            zookeeper={"hosts": f"127.0.0.1:{zookeeper.port}"}, source_port=source.port,
+            extractor=extractor_section(self.name, self.schema, 3000, 5000, {"batch_ms": 20}),
+            consumers={
                 "mariadb": {"target": {"type": "sql", **mariadb_target,
                                        "url": f"mysql+pymysql://root@127.0.0.1:{target.port}/"},
                             **common},
@@ -78,9 +68,7 @@ class Replication:
                                          "/postgres"},
                        **common},
                 **{name: {**common, **group} for name, group in (groups or {}).items()},
-            },
-        }))
-        self.cfg: ServiceConfig = load_config(self.config_path)
+            })
         self.src(f"CREATE DATABASE {self.schema}",
                  f"CREATE TABLE {self.schema}.ready (n INT AUTO_INCREMENT PRIMARY KEY)")
         self.tgt(f"CREATE DATABASE {self.schema}")
@@ -94,45 +82,18 @@ class Replication:
 
     # -- SQL on each server -----------------------------------------------------------------
 
-    @staticmethod
-    def _mysql(port: int, statements: Sequence[str], params: Any,
-               many: bool = False) -> list[tuple[Any, ...]]:
-        conn = pymysql.connect(host="127.0.0.1", port=port, user="root", password="",
-                               charset="utf8mb4", autocommit=False)
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SET time_zone = '+00:00'")
-                for i, stmt in enumerate(statements):
-                    last = i == len(statements) - 1
-                    if many and last:
-                        cur.executemany(stmt, params)
-                    else:
-                        cur.execute(stmt, params if last else None)
-                rows = list(cur.fetchall())
-            conn.commit()
-            return rows
-        finally:
-            conn.close()
-
     def src(self, *statements: str, params: Any = None, many: bool = False
             ) -> list[tuple[Any, ...]]:
         """Run statements on the source in one transaction (``params`` bind the last)."""
-        return self._mysql(self.source.port, statements, params, many)
+        return sql.mysql(self.source.port, statements, params, many)
 
     def tgt(self, *statements: str, params: Any = None) -> list[tuple[Any, ...]]:
         """Run statements on the MariaDB target in one transaction."""
-        return self._mysql(self.target.port, statements, params)
+        return sql.mysql(self.target.port, statements, params)
 
     def pgsql(self, *statements: str, params: Any = None) -> list[tuple[Any, ...]]:
         """Run statements on PostgreSQL in one transaction (session in UTC)."""
-        with psycopg.connect(host="127.0.0.1", port=self.pg.port, user="postgres",
-                             dbname="postgres", options="-c timezone=UTC") as conn:
-            rows: list[tuple[Any, ...]] = []
-            for i, stmt in enumerate(statements):
-                cur = conn.execute(stmt.encode(), params if i == len(statements) - 1 else None)
-                if cur.description is not None:
-                    rows = list(cur.fetchall())
-            return rows
+        return sql.postgresql(self.pg.port, statements, params)
 
     # -- running ----------------------------------------------------------------------------
 
@@ -158,26 +119,17 @@ class Replication:
         return AdminClient(self.cfg.kafka.client())
 
     def wait_extractor(self, ex: Extractor, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while not ex.streaming.is_set():
-            assert not (self.runner and self.runner.failures), self.runner.failures
-            assert time.monotonic() < deadline, "extractor did not start streaming"
-            time.sleep(0.1)
+        wait_streaming(self.runner, ex, timeout)
 
     def stop(self) -> None:
         if self.runner is not None:
-            self.runner.stop()
-            self.runner.wait()
-            failures, self.runner = self.runner.failures, None
+            failures, self.runner = stopped(self.runner), None
             assert not failures, failures
 
     def spawn(self, *args: str) -> subprocess.Popen[bytes]:
         """``trep-run`` in its own process (for kill tests), logging to ``log_path``."""
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-        with self.log_path.open("ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "trep.runner", "-c",
-                                     str(self.config_path), *args], stdout=log, stderr=log,
-                                    env=env, cwd=REPO_ROOT)
+        proc = spawn_trep("trep.runner", self.config_path, self.log_path, *args,
+                          inherit_crash=True)
         self.procs.append(proc)
         return proc
 
@@ -186,10 +138,7 @@ class Replication:
         return self.log_path.read_text() if self.log_path.exists() else ""
 
     def trepctl(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-        return subprocess.run([sys.executable, "-m", "trep.trepctl", "-c",
-                               str(self.config_path), *args], capture_output=True, text=True,
-                              env=env, cwd=REPO_ROOT, input=input, timeout=120, check=False)
+        return run_trep("trep.trepctl", self.config_path, *args, input=input)
 
     # -- positions --------------------------------------------------------------------------
 
@@ -205,34 +154,18 @@ class Replication:
             time.sleep(0.1)
 
     def status(self, group: str) -> dict[str, Any]:
-        nodes = ComponentNodes(self.zk, self.cfg.zookeeper.root, self.name, f"consumers/{group}")
-        return nodes.status() or {}
+        return component_status(self.zk, self.cfg, f"consumers/{group}")
 
     def extractor_status(self) -> dict[str, Any]:
-        nodes = ComponentNodes(self.zk, self.cfg.zookeeper.root, self.name, "extractor")
-        return nodes.status() or {}
+        return component_status(self.zk, self.cfg, "extractor")
 
     def wait_state(self, group: str, state: str, timeout: float = 60) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            status = self.status(group)
-            if status.get("state") == state:
-                return status
-            assert time.monotonic() < deadline, f"{group} not {state} in {timeout} s: {status}"
-            time.sleep(0.2)
+        return wait_state(lambda: self.status(group), state, timeout, label=f"{group} ")
 
     def wait_applied(self, seqno: int, groups: Sequence[str] = ("mariadb", "pg"),
                      timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        for g in groups:
-            while True:
-                status = self.status(g)
-                assert status.get("state") != "OFFLINE:ERROR", status
-                if status.get("appliedLastSeqno", -1) >= seqno:
-                    break
-                assert time.monotonic() < deadline, \
-                    f"{g} did not apply seqno {seqno} in {timeout} s: {status}"
-                time.sleep(0.2)
+        wait_applied(self.status, groups, seqno, timeout,
+                     late="{group} did not apply seqno {seqno} in {timeout} s: {status}")
 
     def wait_source_applied(self, groups: Sequence[str] = ("mariadb", "pg"),
                             timeout: float = 180) -> int:
@@ -240,53 +173,34 @@ class Replication:
 
         Commits a marker row last, finds its seqno at the THL's tail, waits for it.
         """
-        marker = self.src(f"INSERT INTO {self.schema}.ready VALUES ()",
-                          "SELECT LAST_INSERT_ID()")[0][0]
+        marker = commit_marker(self.src, self.schema)
         deadline = time.monotonic() + timeout
-        seqno = None
-        while seqno is None:
-            assert time.monotonic() < deadline, f"marker {marker} never reached the THL"
-            tail = tail_record(self.cfg.kafka.client(), self.cfg.thl_topic)
-            if tail is not None and tail.event is not None and any(
-                    isinstance(item, RowChange) and item.table == "ready"
-                    and item.column_values and item.column_values[-1][0] == marker
-                    for item in tail.event.data):
-                seqno = tail.seqno
-            else:
-                time.sleep(0.2)
+        seqno = wait_marker(lambda: tail_record(self.cfg.kafka.client(), self.cfg.thl_topic),
+                            marker, deadline)
         self.wait_applied(seqno, groups, timeout=max(1.0, deadline - time.monotonic()))
         return seqno
 
     def cleanup(self) -> None:
-        try:
-            kill_leftovers(self.procs)
-            self.stop()
-        finally:
-            for stmt in (f"DROP DATABASE IF EXISTS {self.schema}",
-                         f"DROP DATABASE IF EXISTS {self.cfg.tracking_schema}"):
-                self.src(stmt)
-                self.tgt(stmt)
-            self.pgsql(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE',
-                       f'DROP SCHEMA IF EXISTS "{self.cfg.tracking_schema}" CASCADE')
-            self.zk.stop()
-            self.zk.close()
+        tear_down(self.procs, self.stop, self._drop, self.zk)
+
+    def _drop(self) -> None:
+        for stmt in (f"DROP DATABASE IF EXISTS {self.schema}",
+                     f"DROP DATABASE IF EXISTS {self.cfg.tracking_schema}"):
+            self.src(stmt)
+            self.tgt(stmt)
+        self.pgsql(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE',
+                   f'DROP SCHEMA IF EXISTS "{self.cfg.tracking_schema}" CASCADE')
 
 
 @pytest.fixture
 def make_replication(tmp_path: Path, mariadb_source: MariaDB, mariadb_target: MariaDB,
                      postgresql: PostgreSQL, kafka: Service, zookeeper: Service,
                      ) -> Iterator[Callable[..., Replication]]:
-    made: list[Replication] = []
-
     def make(**consumer: Any) -> Replication:
-        rep = Replication(tmp_path, mariadb_source, mariadb_target, postgresql, kafka,
-                          zookeeper, **consumer)
-        made.append(rep)
-        return rep
+        return Replication(tmp_path, mariadb_source, mariadb_target, postgresql, kafka,
+                           zookeeper, **consumer)
 
-    yield make
-    for rep in made:
-        rep.cleanup()
+    yield from made(make)
 
 
 @pytest.fixture

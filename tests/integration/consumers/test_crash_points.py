@@ -9,20 +9,17 @@ them); the tables with generated columns are written there by hand."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Callable
 
 import pytest
 import yaml
 
 from replicator.crashpoints import EXIT_STATUS
-from stack.settings import REPO_ROOT
 from thl_topics.event import RowChange
 from thl_topics.reader import ThlReader
 
-from ..processes import stacks
+from ..harness.processes import spawn_trep, stacks
 from .conftest import Replication
 from .tables import (
     ACCOUNTS_MYSQL,
@@ -59,14 +56,7 @@ POINTS = {
 def _spawn(rep: Replication, crash: str | None = None, *args: str
            ) -> subprocess.Popen[bytes]:
     """``trep-run`` in its own process, armed to die at the crash point ``crash``."""
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    env.pop("TREP_CRASH_AT", None)
-    if crash:
-        env["TREP_CRASH_AT"] = crash
-    with rep.log_path.open("ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "trep.runner", "-c",
-                                 str(rep.config_path), *args], stdout=log, stderr=log,
-                                env=env, cwd=REPO_ROOT)
+    proc = spawn_trep("trep.runner", rep.config_path, rep.log_path, *args, crash=crash or None)
     rep.procs.append(proc)
     return proc
 

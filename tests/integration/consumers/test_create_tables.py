@@ -3,11 +3,9 @@ policies for what PostgreSQL cannot hold (zero dates, U+0000), against the real 
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -15,8 +13,8 @@ from collections.abc import Callable
 import pytest
 
 from replicator.crashpoints import EXIT_STATUS
-from stack.settings import REPO_ROOT
 
+from ..harness.processes import spawn_trep
 from .conftest import Replication
 from .tables import (
     ACCOUNTS_MYSQL,
@@ -75,14 +73,8 @@ def _free_port() -> int:
 def _consumers(rep: Replication, *args: str, crash: str | None = None
                ) -> subprocess.Popen[bytes]:
     """trep-run with the consumer groups only, in its own process (armed if ``crash``)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    env.pop("TREP_CRASH_AT", None)
-    if crash:
-        env["TREP_CRASH_AT"] = crash
-    with rep.log_path.open("ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "trep.runner", "-c",
-                                 str(rep.config_path), "--no-extractor", *args],
-                                stdout=log, stderr=log, env=env, cwd=REPO_ROOT)
+    proc = spawn_trep("trep.runner", rep.config_path, rep.log_path, "--no-extractor", *args,
+                      crash=crash or None)
     rep.procs.append(proc)
     return proc
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import yaml
 from kazoo.exceptions import NoNodeError
 
-from ..processes import spawn_until_logged
+from ..harness.processes import spawn_until_logged
 from ..soak import kills
 from .conftest import Replication
 from .tables import (

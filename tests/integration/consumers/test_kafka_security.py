@@ -7,11 +7,9 @@ and the groups in OFFLINE:ERROR with one line naming the broker, and no secret s
 
 from __future__ import annotations
 
-import os
 import secrets
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,12 +20,12 @@ from click.testing import CliRunner
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from replicator.control import ComponentNodes
-from stack.settings import REPO_ROOT
 from trep.config import load_config
 from trep.thl import cli as thl_cli
 
 from ..conftest import SecureKafka
+from ..harness.processes import run_trep
+from ..harness.status import component_status
 from .conftest import Replication
 from .tables import (
     ACCOUNTS_MYSQL,
@@ -55,14 +53,11 @@ def _secure(rep: Replication, kafka: dict[str, Any]) -> None:
 
 
 def _thl(rep: Replication, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "trep.thl", "-c", str(rep.config_path),
-                           *args], capture_output=True, text=True, timeout=60, check=False,
-                          env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)), cwd=REPO_ROOT)
+    return run_trep("trep.thl", rep.config_path, *args, timeout=60)
 
 
 def _component_status(rep: Replication, component: str) -> dict[str, Any]:
-    nodes = ComponentNodes(rep.zk, rep.cfg.zookeeper.root, rep.name, component)
-    return nodes.status() or {}
+    return component_status(rep.zk, rep.cfg, component)
 
 
 def _group_offset(rep: Replication, group: str) -> int:

@@ -13,7 +13,7 @@ import pytest
 
 from stack.service import Service
 
-from ..processes import peak_rss
+from ..harness.processes import peak_rss
 from .conftest import Replication
 
 MIB = 1 << 20

@@ -3,11 +3,9 @@ and SIGKILLs under load."""
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,13 +17,13 @@ from kazoo.exceptions import NoNodeError
 from replicator.crashpoints import EXIT_STATUS
 from stack.service import Service
 from stack.services.mariadb import MariaDB
-from stack.settings import REPO_ROOT
 from trep.runner import Runner
 
 from ..conformance.conftest import Conformance
 from ..conformance.kinds.mongodb import MongoDBKind
 from ..conformance.tables import Table
-from ..processes import kill_leftovers
+from ..harness.cleanup import cleaned
+from ..harness.processes import kill_leftovers, spawn_trep
 from ..soak import kills
 from .tables import ACCOUNTS_MYSQL, ACCOUNTS_NAMES, NOPK_MYSQL, NOPK_NAMES
 from .workload import MixedWorkload
@@ -51,12 +49,8 @@ class _TransactionsOn(MongoDBKind):
 def mongo(request: pytest.FixtureRequest, tmp_path: Path, ferretdb: Service,
           mariadb_source: MariaDB, kafka: Service, zookeeper: Service) -> Iterator[Conformance]:
     kind = getattr(request, "param", _Kind)
-    svc = Conformance(tmp_path, kind({"ferretdb": ferretdb}), mariadb_source, kafka,
-                      zookeeper)
-    try:
-        yield svc
-    finally:
-        svc.cleanup()
+    yield from cleaned(Conformance(tmp_path, kind({"ferretdb": ferretdb}), mariadb_source,
+                                   kafka, zookeeper))
 
 
 @pytest.mark.parametrize("mongo", [_TransactionsOn], indirect=True)
@@ -115,14 +109,8 @@ def test_a_document_the_server_refuses_stops_at_its_seqno_and_skip_goes_past(
 
 
 def _spawn_consumer(svc: Conformance, crash: str | None = None) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    env.pop("TREP_CRASH_AT", None)
-    if crash:
-        env["TREP_CRASH_AT"] = crash
-    with svc.log_path.open("ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "trep.runner", "-c",
-                                 str(svc.config_path), "--no-extractor"],
-                                stdout=log, stderr=log, env=env, cwd=REPO_ROOT)
+    proc = spawn_trep("trep.runner", svc.config_path, svc.log_path, "--no-extractor",
+                      crash=crash or None)
     svc.procs.append(proc)
     return proc
 

@@ -18,6 +18,7 @@ from stack.services.mariadb import MariaDB
 from ..conformance.conftest import Conformance
 from ..conformance.kinds.mongodb import MongoDBKind
 from ..conformance.tables import Table
+from ..harness.cleanup import cleaned
 from .tables import ACCOUNTS_MYSQL, ACCOUNTS_NAMES, NOPK_MYSQL, NOPK_NAMES
 from .test_outages import _until
 from .workload import MixedWorkload
@@ -30,12 +31,8 @@ SEEDED = 4000
 @pytest.fixture
 def svc(tmp_path: Path, ferretdb: Service, mariadb_source: MariaDB, kafka: Service,
         zookeeper: Service) -> Iterator[Conformance]:
-    out = Conformance(tmp_path, MongoDBKind({"ferretdb": ferretdb}), mariadb_source, kafka,
-                      zookeeper)
-    try:
-        yield out
-    finally:
-        out.cleanup()
+    yield from cleaned(Conformance(tmp_path, MongoDBKind({"ferretdb": ferretdb}),
+                                   mariadb_source, kafka, zookeeper))
 
 
 def _request(svc: Conformance) -> Any:

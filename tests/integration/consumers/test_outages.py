@@ -37,7 +37,7 @@ from .workload import MixedWorkload
 
 
 def _extractor_status(rep: Replication) -> dict[str, Any]:
-    return ComponentNodes(rep.zk, rep.cfg.zookeeper.root, rep.name, "extractor").status() or {}
+    return rep.extractor_status()
 
 
 def _until(what: str, check: Callable[[], bool], timeout: float) -> None:

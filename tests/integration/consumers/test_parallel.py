@@ -30,7 +30,7 @@ from thl_topics.event import RowChange, Statement
 from thl_topics.reader import ThlReader
 from trep.config import load_config
 
-from ..processes import kill_leftovers
+from ..harness.processes import kill_leftovers
 from ..soak import kills
 from .conftest import Replication
 from .tables import ACCOUNTS_MYSQL, ACCOUNTS_NAMES, NOPK_MYSQL, NOPK_NAMES, compare

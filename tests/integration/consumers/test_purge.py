@@ -4,7 +4,6 @@ seqno was purged stops saying so; the extractor's retention follows the same rul
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 
 import yaml
@@ -12,6 +11,7 @@ import yaml
 from stack.settings import REPO_ROOT
 from thl_topics.reader import ThlReader
 
+from ..harness.processes import run_trep
 from .conftest import Replication
 from .tables import (
     ACCOUNTS_MYSQL,
@@ -28,9 +28,8 @@ from .workload import MixedWorkload
 
 def _thl(rep: Replication, *args: str, stdin: str | None = None
          ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "trep.thl", "-c", str(rep.config_path), *args],
-                          capture_output=True, text=True, env={"PYTHONPATH": str(REPO_ROOT)},
-                          cwd=REPO_ROOT, timeout=120, check=False, input=stdin)
+    return run_trep("trep.thl", rep.config_path, *args, input=stdin,
+                    env={"PYTHONPATH": str(REPO_ROOT)})
 
 
 def _first_kept(rep: Replication) -> int:

@@ -2,30 +2,28 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pymysql
 import pytest
-import yaml
 
 from extractor.service import Extractor
 from stack.service import Service
 from stack.services.mariadb import MariaDB
-from stack.settings import REPO_ROOT
 from thl_topics.errors import ThlTopicMissing
 from thl_topics.event import ThlEvent
 from thl_topics.reader import ThlReader
-from trep.config import ServiceConfig, load_config
+from trep.config import ServiceConfig
 
-from ..processes import kill_leftovers
+from ..harness import sql
+from ..harness.cleanup import made
+from ..harness.config import extractor_section, service_name, write_service
+from ..harness.processes import kill_leftovers, spawn_trep
+from ..harness.thl import tail_seqno
 
 
 class ServiceUnderTest:
@@ -33,21 +31,14 @@ class ServiceUnderTest:
 
     def __init__(self, tmp_path: Path, source: MariaDB, kafka: Service,
                  zookeeper: Service, **extractor: Any) -> None:
-        self.name = f"t{uuid.uuid4().hex[:10]}"
+        self.name = service_name("t")
         self.schema = f"src_{self.name}"
         self.source = source
         self.config_path = tmp_path / f"{self.name}.yml"
-        self.config_path.write_text(yaml.safe_dump({
-            "service": self.name,
-            "kafka": {"bootstrap_servers": f"127.0.0.1:{kafka.port}"},
-            "zookeeper": {"hosts": f"127.0.0.1:{zookeeper.port}"},
-            "source": {"host": "127.0.0.1", "port": source.port, "user": "root",
-                       "password": ""},
-            "extractor": {"server_id": 2000 + int(self.name[1:5], 16) % 5000,
-                          "filters": {"replicate": [f"{self.schema}.*"]},
-                          **extractor},
-        }))
-        self.cfg: ServiceConfig = load_config(self.config_path)
+        self.cfg: ServiceConfig = write_service(
+            self.config_path, self.name, bootstrap=f"127.0.0.1:{kafka.port}",
+            zookeeper={"hosts": f"127.0.0.1:{zookeeper.port}"}, source_port=source.port,
+            extractor=extractor_section(self.name, self.schema, 2000, 5000, extractor))
         self.sql(f"CREATE DATABASE {self.schema}",
                  f"CREATE TABLE {self.schema}.ready (n INT AUTO_INCREMENT PRIMARY KEY)")
         self.log_path = tmp_path / f"{self.name}.log"
@@ -55,19 +46,7 @@ class ServiceUnderTest:
 
     def sql(self, *statements: str, params: Any = None) -> list[tuple[Any, ...]]:
         """Run statements on the source in one transaction; ``params`` bind the last one."""
-        conn = pymysql.connect(host="127.0.0.1", port=self.source.port, user="root",
-                               password="", database=None, charset="utf8mb4",
-                               autocommit=False)
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SET time_zone = '+00:00'")
-                for i, stmt in enumerate(statements):
-                    cur.execute(stmt, params if i == len(statements) - 1 else None)
-                rows = list(cur.fetchall())
-            conn.commit()
-            return rows
-        finally:
-            conn.close()
+        return sql.mysql(self.source.port, statements, params)
 
     def reader(self) -> ThlReader:
         return ThlReader(self.cfg.kafka.client(), self.cfg.thl_topic)
@@ -99,12 +78,7 @@ class ServiceUnderTest:
 
     def tail_seqno(self) -> int:
         """Seqno of the THL's last record, -1 if there is none (or no topic yet)."""
-        try:
-            with self.reader() as reader:
-                tail = reader.tail()
-        except ThlTopicMissing:
-            return -1
-        return -1 if tail is None else tail.seqno
+        return tail_seqno(self.cfg.kafka.client(), self.cfg.thl_topic)
 
     def wait_streaming(self, after: int = -1, proc: subprocess.Popen[bytes] | None = None,
                        timeout: float = 90) -> int:
@@ -148,14 +122,7 @@ class ServiceUnderTest:
     def start_process(self, crash_at: str | None = None) -> subprocess.Popen[bytes]:
         """An extractor in its own process (for kill tests), logging to ``log_path``;
         ``crash_at`` arms a crash point (replicator.crashpoints)."""
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-        env.pop("TREP_CRASH_AT", None)
-        if crash_at is not None:
-            env["TREP_CRASH_AT"] = crash_at
-        with self.log_path.open("ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "trep.extract", "-c",
-                                     str(self.config_path)], stdout=log, stderr=log,
-                                    env=env, cwd=REPO_ROOT)
+        proc = spawn_trep("trep.extract", self.config_path, self.log_path, crash=crash_at)
         self.procs.append(proc)
         return proc
 
@@ -170,16 +137,10 @@ class ServiceUnderTest:
 @pytest.fixture
 def make_service(tmp_path: Path, mariadb_source: MariaDB, kafka: Service,
                  zookeeper: Service) -> Iterator[Callable[..., ServiceUnderTest]]:
-    made: list[ServiceUnderTest] = []
-
     def make(**extractor: Any) -> ServiceUnderTest:
-        svc = ServiceUnderTest(tmp_path, mariadb_source, kafka, zookeeper, **extractor)
-        made.append(svc)
-        return svc
+        return ServiceUnderTest(tmp_path, mariadb_source, kafka, zookeeper, **extractor)
 
-    yield make
-    for svc in made:
-        svc.cleanup()
+    yield from made(make)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pymysql
 from thl_topics.event import RowChange
 from thl_topics.records import parse_chunk
 
-from ..processes import peak_rss
+from ..harness.processes import peak_rss
 from .conftest import ServiceUnderTest
 
 MIB = 1 << 20

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import shutil
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from replicator.control import ComponentNodes
 from replicator.zk import connect
 from stack.service import Service
 from stack.services.kafka import Kafka
@@ -22,9 +19,12 @@ from stack.settings import RUN_DIR
 from thl_topics.admin import ThlTopicSpec, ensure_thl_topic
 from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent, ThlValue
 from thl_topics.producer import ThlProducer
-from trep.config import ServiceConfig, load_config
+from trep.config import ServiceConfig
 from trep.runner import Runner
 
+from ..harness.cleanup import cleaned
+from ..harness.config import service_name, write_service
+from ..harness.status import component_status, stopped, wait_state
 from ..sparks import delta_rows, live_session
 
 GROUP = "w"
@@ -56,7 +56,7 @@ class CraftedThl:
     """A service whose THL topic this test writes, and one warehouse group reading it."""
 
     def __init__(self, tmp_path: Path, kafka: Kafka, zookeeper: Service) -> None:
-        self.name = f"w{uuid.uuid4().hex[:10]}"
+        self.name = service_name("w")
         self.location = RUN_DIR / "warehouse-tests" / self.name
         self.config_path = tmp_path / f"{self.name}.yml"
         self.bootstrap = kafka.bootstrap
@@ -71,17 +71,14 @@ class CraftedThl:
         live_session()
 
     def configure(self, **target: Any) -> None:
-        self.config_path.write_text(yaml.safe_dump({
-            "service": self.name,
-            "kafka": {"bootstrap_servers": self.bootstrap},
-            "zookeeper": {"hosts": self.zk_hosts},
-            "source": {"host": "127.0.0.1", "port": 1, "user": "root", "password": ""},
-            "consumers": {GROUP: {"target": {"type": "warehouse",
-                                             "location": str(self.location),
-                                             "spark": warehouse_spark("local[2]"), **target},
-                                  "block_commit_ms": 300}},
-        }))
-        self.cfg: ServiceConfig = load_config(self.config_path)
+        # No extractor: the source is never read.
+        self.cfg: ServiceConfig = write_service(
+            self.config_path, self.name, bootstrap=self.bootstrap,
+            zookeeper={"hosts": self.zk_hosts}, source_port=1,
+            consumers={GROUP: {"target": {"type": "warehouse",
+                                          "location": str(self.location),
+                                          "spark": warehouse_spark("local[2]"), **target},
+                               "block_commit_ms": 300}})
 
     def publish(self, *items: RowChange) -> int:
         """One THL event (a whole transaction) with these row changes; its seqno."""
@@ -105,26 +102,16 @@ class CraftedThl:
 
     def stop(self) -> None:
         if self.runner is not None:
-            self.runner.stop()
-            self.runner.wait()
-            failures, self.runner = self.runner.failures, None
+            failures, self.runner = stopped(self.runner), None
             assert not failures, failures
 
     def status(self) -> dict[str, Any]:
-        nodes = ComponentNodes(self.zk, self.cfg.zookeeper.root, self.name, f"consumers/{GROUP}")
-        return nodes.status() or {}
+        return component_status(self.zk, self.cfg, f"consumers/{GROUP}")
 
     def wait_state(self, state: str, timeout: float = 240) -> dict[str, Any]:
         """Until the group reports ``state`` (a status left by an earlier run of this
         process's group does not count)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            status = self.status()
-            if status.get("state") == state and float(status.get("stateSince", 0)) \
-                    >= self.started:
-                return status
-            assert time.monotonic() < deadline, f"not {state} in {timeout} s: {status}"
-            time.sleep(0.2)
+        return wait_state(self.status, state, timeout, since=self.started)
 
     def wait_applied(self, seqno: int, timeout: float = 240) -> None:
         deadline = time.monotonic() + timeout
@@ -159,8 +146,4 @@ class CraftedThl:
 @pytest.fixture
 def crafted(tmp_path: Path, kafka: Kafka, zookeeper: Service, spark: Service
             ) -> Iterator[CraftedThl]:
-    svc = CraftedThl(tmp_path, kafka, zookeeper)
-    try:
-        yield svc
-    finally:
-        svc.cleanup()
+    yield from cleaned(CraftedThl(tmp_path, kafka, zookeeper))

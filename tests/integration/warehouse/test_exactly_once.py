@@ -34,7 +34,7 @@ from stack import class_archive
 from stack.settings import REPO_ROOT
 from thl_topics.event import RowChange
 
-from ..processes import kill_leftovers
+from ..harness.processes import kill_leftovers, spawn_trep
 from ..soak import kills
 from .conftest import GROUP, CraftedThl, delete, insert, spec, update
 
@@ -102,14 +102,8 @@ _PROCS: list[subprocess.Popen[bytes]] = []
 
 
 def _spawn(svc: CraftedThl, crash: str | None = None) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    env.pop("TREP_CRASH_AT", None)
-    if crash:
-        env["TREP_CRASH_AT"] = crash
-    with (svc.config_path.parent / f"{svc.name}.log").open("ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "trep.runner", "-c",
-                                 str(svc.config_path), "--no-extractor"], stdout=log,
-                                stderr=log, env=env, cwd=REPO_ROOT)
+    proc = spawn_trep("trep.runner", svc.config_path, svc.config_path.parent / f"{svc.name}.log",
+                      "--no-extractor", crash=crash or None)
     _PROCS.append(proc)
     return proc
 

@@ -18,18 +18,15 @@ from stack.services.mariadb import MariaDB
 from ..conformance.conftest import Conformance
 from ..conformance.kinds.warehouse import WarehouseKind
 from ..conformance.tables import ITEMS
+from ..harness.cleanup import cleaned
 from ..sparks import live_session
 
 
 @pytest.fixture
 def svc(tmp_path: Path, spark: Service, mariadb_source: MariaDB, kafka: Service,
         zookeeper: Service) -> Iterator[Conformance]:
-    found = Conformance(tmp_path, WarehouseKind({"spark": spark}), mariadb_source, kafka,
-                        zookeeper)
-    try:
-        yield found
-    finally:
-        found.cleanup()
+    yield from cleaned(Conformance(tmp_path, WarehouseKind({"spark": spark}), mariadb_source,
+                                   kafka, zookeeper))
 
 
 def test_reprovisioning_repairs_a_drifted_delta_table_under_writes(svc: Conformance) -> None:

@@ -7,18 +7,14 @@ Each group gets its own index template (``<schema>.<group>.<table>``), so severa
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pymysql
 import pytest
-import yaml
 from elasticsearch import Elasticsearch
 
 from consumers.elasticsearch.naming import TOMBSTONE_SUFFIX, index_name
@@ -27,16 +23,18 @@ from replicator.control import ComponentNodes
 from replicator.zk import connect
 from stack.service import Service
 from stack.services.mariadb import MariaDB
-from stack.settings import REPO_ROOT
-from thl_topics.errors import ThlTopicMissing
-from thl_topics.event import RowChange
-from thl_topics.reader import ThlReader
-from trep.config import ServiceConfig, load_config
+from thl_topics.reader import ThlReader, ThlRecord
+from trep.config import ServiceConfig
 from trep.runner import Runner
 
 from ...conformance.kinds.elasticsearch import exact
 from ...conformance.tables import READY, Table, mysql_columns, mysql_name
-from ...processes import kill_leftovers
+from ...harness import sql
+from ...harness.cleanup import made, tear_down
+from ...harness.config import extractor_section, service_name, write_service
+from ...harness.processes import run_trep, spawn_trep
+from ...harness.status import component_status, stopped, wait_applied, wait_state, wait_streaming
+from ...harness.thl import commit_marker, tail_seqno, wait_marker
 
 
 class EsService:
@@ -47,7 +45,7 @@ class EsService:
         """``groups``: group name -> target settings, plus runtime settings under
         ``runtime``; ``zk_timeout``: ZooKeeper session timeout (a killed process's lock
         lives that long)."""
-        self.name = f"e{uuid.uuid4().hex[:10]}"
+        self.name = service_name("e")
         self.schema = f"src_{self.name}"
         self.source = source
         self.url = f"http://127.0.0.1:{es.port}"
@@ -77,40 +75,19 @@ class EsService:
                 "target": {"type": "elasticsearch", "hosts": [self.url],
                            "index": self.template(group), **target},
                 "block_commit_ms": 100, **settings.get("runtime", {})}
-        self.config_path.write_text(yaml.safe_dump({
-            "service": self.name,
-            "kafka": {"bootstrap_servers": self.bootstrap},
-            "zookeeper": {"hosts": self.zk_hosts, "timeout_s": self.zk_timeout},
-            "source": {"host": "127.0.0.1", "port": self.source.port, "user": "root",
-                       "password": ""},
-            "extractor": {"server_id": 6000 + int(self.name[1:5], 16) % 1000,
-                          "filters": {"replicate": [f"{self.schema}.*"]},
-                          "batch_ms": 20, **extractor},
-            "consumers": consumers,
-        }))
-        self.cfg: ServiceConfig = load_config(self.config_path)
+        self.cfg: ServiceConfig = write_service(
+            self.config_path, self.name, bootstrap=self.bootstrap,
+            zookeeper={"hosts": self.zk_hosts, "timeout_s": self.zk_timeout},
+            source_port=self.source.port,
+            extractor=extractor_section(self.name, self.schema, 6000, 1000,
+                                        {"batch_ms": 20, **extractor}),
+            consumers=consumers)
 
     # -- the source -------------------------------------------------------------------------
 
     def src(self, *statements: str, params: Any = None, many: bool = False) -> list[Any]:
         """Statements on the source in one transaction (``params`` bind the last)."""
-        conn = pymysql.connect(host="127.0.0.1", port=self.source.port, user="root",
-                               password="", charset="utf8mb4", autocommit=False)
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SET time_zone = '+00:00'")
-                rows: list[Any] = []
-                for i, stmt in enumerate(statements):
-                    last = i == len(statements) - 1
-                    if many and last:
-                        cur.executemany(stmt, params)
-                    else:
-                        cur.execute(stmt, params if last else None)
-                    rows = list(cur.fetchall())
-            conn.commit()
-            return rows
-        finally:
-            conn.close()
+        return sql.mysql(self.source.port, statements, params, many)
 
     def create(self, *tables: Table) -> None:
         for table in (READY, *tables):
@@ -124,12 +101,7 @@ class EsService:
                                password="", charset="utf8mb4", autocommit=False)
         try:
             with conn.cursor() as cur:
-                for i, stmt in enumerate(statements):
-                    last = i == len(statements) - 1
-                    if many and last:
-                        cur.executemany(stmt, params)
-                    else:
-                        cur.execute(stmt, params if last else None)
+                sql.execute(cur, statements, params, many)
                 conn.commit()
                 cur.execute("SELECT @@last_gtid")
                 found = cur.fetchone()
@@ -156,36 +128,22 @@ class EsService:
         self.runner.start()
         if extractor:
             assert self.runner.extractor is not None
-            deadline = time.monotonic() + 60
-            while not self.runner.extractor.streaming.is_set():
-                assert time.monotonic() < deadline, "extractor did not start streaming"
-                time.sleep(0.1)
+            wait_streaming(self.runner, self.runner.extractor, watch_failures=False)
 
     def stop(self) -> None:
         if self.runner is not None:
-            self.runner.stop()
-            self.runner.wait()
-            failures, self.runner = self.runner.failures, None
+            failures, self.runner = stopped(self.runner), None
             assert not failures, failures
 
     def spawn(self, *args: str, crash: str | None = None) -> subprocess.Popen[bytes]:
         """trep-run in its own process (armed with a crash point if asked)."""
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-        env.pop("TREP_CRASH_AT", None)
-        if crash:
-            env["TREP_CRASH_AT"] = crash
-        with self.log_path.open("ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "trep.runner", "-c",
-                                     str(self.config_path), *args], stdout=log, stderr=log,
-                                    env=env, cwd=REPO_ROOT)
+        proc = spawn_trep("trep.runner", self.config_path, self.log_path, *args,
+                          crash=crash or None)
         self.procs.append(proc)
         return proc
 
     def trepctl(self, *args: str) -> subprocess.CompletedProcess[str]:
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-        done = subprocess.run([sys.executable, "-m", "trep.trepctl", "-c",
-                               str(self.config_path), *args], capture_output=True, text=True,
-                              env=env, cwd=REPO_ROOT, timeout=120, check=False)
+        done = run_trep("trep.trepctl", self.config_path, *args)
         assert done.returncode == 0, (args, done.stdout, done.stderr)
         return done
 
@@ -195,16 +153,10 @@ class EsService:
     # -- positions --------------------------------------------------------------------------
 
     def thl_tail(self) -> int:
-        try:
-            with ThlReader(self.cfg.kafka.bootstrap_servers, self.cfg.thl_topic) as reader:
-                tail = reader.tail()
-        except ThlTopicMissing:
-            return -1
-        return -1 if tail is None else tail.seqno
+        return tail_seqno(self.cfg.kafka.bootstrap_servers, self.cfg.thl_topic)
 
     def status(self, group: str) -> dict[str, Any]:
-        nodes = ComponentNodes(self.zk, self.cfg.zookeeper.root, self.name, f"consumers/{group}")
-        return nodes.status() or {}
+        return component_status(self.zk, self.cfg, f"consumers/{group}")
 
     def wait_alive(self, group: str, timeout: float = 60) -> None:
         """Until a process runs ``group`` (its ephemeral ``alive`` node exists)."""
@@ -215,44 +167,25 @@ class EsService:
             time.sleep(0.1)
 
     def wait_state(self, group: str, state: str, timeout: float = 60) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            status = self.status(group)
-            if status.get("state") == state:
-                return status
-            assert time.monotonic() < deadline, f"{group} not {state} in {timeout} s: {status}"
-            time.sleep(0.2)
+        return wait_state(lambda: self.status(group), state, timeout, label=f"{group} ")
 
     def wait_applied(self, seqno: int, groups: Sequence[str] | None = None,
                      timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        for group in groups or self.groups:
-            while True:
-                status = self.status(group)
-                assert status.get("state") != "OFFLINE:ERROR", status
-                if status.get("appliedLastSeqno", -1) >= seqno:
-                    break
-                assert time.monotonic() < deadline, \
-                    f"{group}: seqno {seqno} not applied: {status}\n{self.log()[-3000:]}"
-                time.sleep(0.2)
+        wait_applied(self.status, groups or self.groups, seqno, timeout,
+                     detail=lambda: f"\n{self.log()[-3000:]}")
+
+    def _tail(self) -> ThlRecord | None:
+        with ThlReader(self.cfg.kafka.bootstrap_servers, self.cfg.thl_topic) as reader:
+            return reader.tail()
 
     def wait_source_applied(self, groups: Sequence[str] | None = None,
                             timeout: float = 180) -> int:
         """Until the groups applied everything the source committed so far; that seqno."""
-        marker = self.src(f"INSERT INTO {self.schema}.ready VALUES ()",
-                          "SELECT LAST_INSERT_ID()")[0][0]
+        marker = commit_marker(self.src, self.schema)
         deadline = time.monotonic() + timeout
-        while True:
-            assert time.monotonic() < deadline, f"marker {marker} never reached the THL"
-            with ThlReader(self.cfg.kafka.bootstrap_servers, self.cfg.thl_topic) as reader:
-                tail = reader.tail()
-            if tail is not None and tail.event is not None and any(
-                    isinstance(item, RowChange) and item.table == "ready"
-                    and item.column_values and item.column_values[-1][0] == marker
-                    for item in tail.event.data):
-                self.wait_applied(tail.seqno, groups, max(1.0, deadline - time.monotonic()))
-                return tail.seqno
-            time.sleep(0.2)
+        seqno = wait_marker(self._tail, marker, deadline)
+        self.wait_applied(seqno, groups, max(1.0, deadline - time.monotonic()))
+        return seqno
 
     # -- Elasticsearch ----------------------------------------------------------------------
 
@@ -299,32 +232,23 @@ class EsService:
         return {h["_id"] for h in hits}
 
     def cleanup(self) -> None:
-        try:
-            kill_leftovers(self.procs)
-            self.stop()
-        finally:
-            self.src(f"DROP DATABASE IF EXISTS {self.schema}",
-                     f"DROP DATABASE IF EXISTS {self.cfg.tracking_schema}")
-            for pattern in (f"{self.schema}.*", self.cfg.tracking_schema.lower()):
-                self.es.indices.delete(index=pattern, ignore_unavailable=True,
-                                       allow_no_indices=True, expand_wildcards="all")
-            self.es.close()
-            self.zk.stop()
-            self.zk.close()
+        tear_down(self.procs, self.stop, self._drop, self.zk)
+
+    def _drop(self) -> None:
+        self.src(f"DROP DATABASE IF EXISTS {self.schema}",
+                 f"DROP DATABASE IF EXISTS {self.cfg.tracking_schema}")
+        for pattern in (f"{self.schema}.*", self.cfg.tracking_schema.lower()):
+            self.es.indices.delete(index=pattern, ignore_unavailable=True,
+                                   allow_no_indices=True, expand_wildcards="all")
+        self.es.close()
 
 
 @pytest.fixture
 def make_service(tmp_path: Path, mariadb_source: MariaDB, kafka: Service, zookeeper: Service,
                  elasticsearch: Service) -> Iterator[Any]:
     """``make_service(groups)``: an EsService, cleaned up after the test."""
-    made: list[EsService] = []
-
     def make(groups: dict[str, dict[str, Any]], **options: Any) -> EsService:
-        svc = EsService(tmp_path, mariadb_source, kafka, zookeeper, elasticsearch, groups,
-                        **options)
-        made.append(svc)
-        return svc
+        return EsService(tmp_path, mariadb_source, kafka, zookeeper, elasticsearch, groups,
+                         **options)
 
-    yield make
-    for svc in made:
-        svc.cleanup()
+    yield from made(make)

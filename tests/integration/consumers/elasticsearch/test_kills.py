@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from ...conformance.tables import Table
-from ...processes import spawn_until_logged
+from ...harness.processes import spawn_until_logged
 from ...soak import kills
 from ..tables import ACCOUNTS_MYSQL, ACCOUNTS_NAMES, NOPK_MYSQL, NOPK_NAMES
 from ..workload import MixedWorkload

@@ -1,13 +1,45 @@
-"""Processes that integration tests start."""
+"""Processes that integration tests start: ``trep`` commands, and what kill tests need."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from stack.settings import REPO_ROOT
+
+
+def spawn_trep(module: str, config: Path, log_path: Path, *args: str,
+               crash: str | None = None, inherit_crash: bool = False
+               ) -> subprocess.Popen[bytes]:
+    """``python -m <module> -c <config> <args>`` in its own process, logging to ``log_path``.
+
+    ``crash`` arms a crash point (``replicator.crashpoints``); one armed in the test's own
+    environment is dropped, unless ``inherit_crash``.
+    """
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    if not inherit_crash:
+        env.pop("TREP_CRASH_AT", None)
+    if crash is not None:
+        env["TREP_CRASH_AT"] = crash
+    with log_path.open("ab") as log:
+        return subprocess.Popen([sys.executable, "-m", module, "-c", str(config), *args],
+                                stdout=log, stderr=log, env=env, cwd=REPO_ROOT)
+
+
+def run_trep(module: str, config: Path, *args: str, input: str | None = None,
+             timeout: float = 120, env: dict[str, str] | None = None
+             ) -> subprocess.CompletedProcess[str]:
+    """``python -m <module> -c <config> <args>`` run to its end, its output captured (the
+    environment: the test's own with the repository importable, unless ``env``)."""
+    return subprocess.run([sys.executable, "-m", module, "-c", str(config), *args],
+                          capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)) if env is None else env,
+                          cwd=REPO_ROOT, input=input, timeout=timeout, check=False)
 
 
 def kill_leftovers(procs: list[subprocess.Popen[bytes]]) -> None:

@@ -1,0 +1,53 @@
+"""SQL a test runs on the stack's MariaDB servers and PostgreSQL, one transaction a call."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+import pymysql
+from pymysql.cursors import Cursor
+
+
+def execute(cur: Cursor, statements: Sequence[str], params: Any = None,
+            many: bool = False) -> None:
+    """Run statements on a MariaDB cursor; ``params`` bind the last (``many``: once per row
+    of ``params``)."""
+    for i, stmt in enumerate(statements):
+        last = i == len(statements) - 1
+        if many and last:
+            cur.executemany(stmt, params)
+        else:
+            cur.execute(stmt, params if last else None)
+
+
+def mysql(port: int, statements: Sequence[str], params: Any = None,
+          many: bool = False) -> list[tuple[Any, ...]]:
+    """Run statements on the MariaDB at ``port`` in one transaction, the session in UTC;
+    ``params`` bind the last (``many``: once per row of ``params``); its rows."""
+    conn = pymysql.connect(host="127.0.0.1", port=port, user="root", password="",
+                           charset="utf8mb4", autocommit=False)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET time_zone = '+00:00'")
+            execute(cur, statements, params, many)
+            rows = list(cur.fetchall())
+        conn.commit()
+        return rows
+    finally:
+        conn.close()
+
+
+def postgresql(port: int, statements: Sequence[str], params: Any = None
+               ) -> list[tuple[Any, ...]]:
+    """Run statements on the PostgreSQL at ``port`` in one transaction (session in UTC);
+    ``params`` bind the last; the rows of the last that returns any."""
+    with psycopg.connect(host="127.0.0.1", port=port, user="postgres",
+                         dbname="postgres", options="-c timezone=UTC") as conn:
+        rows: list[tuple[Any, ...]] = []
+        for i, stmt in enumerate(statements):
+            cur = conn.execute(stmt.encode(), params if i == len(statements) - 1 else None)
+            if cur.description is not None:
+                rows = list(cur.fetchall())
+        return rows
