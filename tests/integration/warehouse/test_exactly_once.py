@@ -112,6 +112,20 @@ def _log(svc: CraftedThl) -> str:
     return (svc.config_path.parent / f"{svc.name}.log").read_text()[-4000:]
 
 
+def _standby_lines(svc: CraftedThl) -> int:
+    return (svc.config_path.parent / f"{svc.name}.log").read_text().count(
+        "standby: another process applies this group")
+
+
+def _until_standing_by(svc: CraftedThl, proc: subprocess.Popen[bytes], before: int) -> None:
+    """Until a spare process waits as standby (the log has more than ``before`` such lines)."""
+    deadline = time.monotonic() + 120
+    while _standby_lines(svc) <= before:
+        assert proc.poll() is None, _log(svc)
+        assert time.monotonic() < deadline, f"no standby in 120 s: {_log(svc)}"
+        time.sleep(0.2)
+
+
 def _until_applying(svc: CraftedThl, proc: subprocess.Popen[bytes], since: float) -> None:
     """Until the group is ONLINE since ``since`` (its Spark started, its handshake done)."""
     deadline = time.monotonic() + 300
@@ -215,7 +229,12 @@ def test_crashes_and_kills_under_load_leave_tables_equal_to_the_source(
         assert _jvm_maps(proc, archive), "the driver JVM did not map the archive"
         for kill in range(KILLS):
             warm = kill < WARM_KILLS
+            standing_by = _standby_lines(svc)
             standby = _spawn(svc) if warm else None  # starts its Spark while proc applies
+            if standby is not None:
+                # Killed only once the spare stands by: under load its start alone can take
+                # longer than the pause below, and it would then take over cold.
+                _until_standing_by(svc, standby, standing_by)
             time.sleep(rng.uniform(0.0, 4.0))
             proc.kill()
             proc.wait(60)
