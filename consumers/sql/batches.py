@@ -233,8 +233,10 @@ class BatchWriter:
         mismatch: tuple[Queued, int] | None = None
         moved: PositionMoved | None = None
         position_missed = False
+        answered = False
         try:
             cursor.execute(";\n".join(q.sql for q in queued))
+            answered = True
             for i, at in enumerate(queued):
                 if i and not cursor.nextset():
                     raise RuntimeError(f"{len(queued)} statements sent, {i} results read")
@@ -254,11 +256,14 @@ class BatchWriter:
                 self._rollback()
                 raise self._positions.conflict(moved) from exc
             # The server stopped at the failing statement: name its table like executemany.
+            doing = at.doing()
+            if not answered and len(queued) > 1 and isinstance(exc, psycopg.Error):
+                at, exc, doing = self._pinpoint(queued, exc)
             dbapi = self.ctx.db.dialect.loaded_dbapi
             wrapped = sa_exc.DBAPIError.instance(at.sql[:200], None, exc, dbapi.Error)
             if not isinstance(wrapped, sa_exc.DBAPIError):
                 raise wrapped from exc
-            raise self.ctx.classify(wrapped, at.doing()) from exc
+            raise self.ctx.classify(wrapped, doing) from exc
         finally:
             cursor.close()
         if moved is None and position_missed:
@@ -273,6 +278,34 @@ class BatchWriter:
             raise DataError(
                 f"{at.doing('of')} on {self.ctx.target} matched {count} of {at.rows} row(s): the "
                 "target has diverged from the source")
+
+    def _pinpoint(self, queued: list[Queued], exc: psycopg.Error
+                  ) -> tuple[Queued, psycopg.Error, str]:
+        """Which statement of a round trip PostgreSQL refused, and its error.
+
+        PostgreSQL answers a multi-statement text with the first error alone, not which
+        statement raised it. The block is lost anyway (its transaction is aborted), so the
+        round trip is replayed one statement at a time in a transaction of its own, rolled
+        back. A statement that fails only after the block's earlier round trips is not
+        found that way: the error then names every statement the round trip held.
+        """
+        kinds = ", ".join(sorted({q.doing() for q in queued}))
+        unknown = queued[0], exc, f"one of {len(queued)} statements sent together ({kinds})"
+        raw = self.ctx.db.connection.dbapi_connection
+        if raw is None:
+            return unknown
+        raw.rollback()
+        cursor = client_cursor(self.ctx.db, self.ctx.dialect)
+        try:
+            for q in queued:
+                try:
+                    cursor.execute(q.sql)
+                except psycopg.Error as found:
+                    return q, found, q.doing()
+        finally:
+            cursor.close()
+            raw.rollback()
+        return unknown
 
     def forget(self) -> None:
         """Compiled statements and their texts go with the tables they were made for."""

@@ -166,8 +166,11 @@ def check_name(name: str, dialect: Dialect, what: str) -> None:
 def new_column(spec: ColumnSpec, dialect: Dialect, *, key: bool = False) -> sa.Column[object]:
     """The column made for a THL column, its source type in its comment."""
     check_name(spec.name, dialect, "column")
+    # autoincrement=False: SQLAlchemy would make a lone integer key SERIAL on PostgreSQL (a
+    # sequence the source never had, and a 4-byte column whatever the mapped type, so a
+    # BIGINT UNSIGNED key of 18446744073709551615 was out of range).
     return sa.Column(spec.name, column_type(spec, dialect.name), nullable=not key,
-                     comment=SourceType.of(spec).comment())
+                     autoincrement=False, comment=SourceType.of(spec).comment())
 
 
 def new_table(schema: str | None, name: str, specs: Sequence[ColumnSpec],

@@ -26,3 +26,22 @@ def test_the_largest_bigint_unsigned_key_is_inserted_updated_and_deleted(
     assert rep.tgt(f"SELECT id, v FROM {s}.wide ORDER BY id") == expected
     assert rep.pgsql(f'SELECT id, v FROM "{s}".wide ORDER BY id') == [
         (Decimal(i), v) for i, v in expected]
+
+
+def test_a_value_refused_inside_a_batched_block_names_its_statement_and_seqno(
+        replication: Replication) -> None:
+    rep = replication
+    rep.start()
+    s = rep.schema
+    rep.src(f"CREATE TABLE {s}.narrow (id INT PRIMARY KEY, v BIGINT) DEFAULT CHARSET=utf8mb4")
+    # Made by hand on PostgreSQL, too narrow for the source's values.
+    rep.pgsql(f'CREATE SCHEMA IF NOT EXISTS "{s}"',
+              f'CREATE TABLE "{s}".narrow (id INT PRIMARY KEY, v INTEGER)')
+    rep.src(f"INSERT INTO {s}.narrow VALUES (1, 1), (2, 2)")
+    rep.src(f"INSERT INTO {s}.narrow VALUES (3, {1 << 40})")
+    stopped = rep.wait_state("pg", "OFFLINE:ERROR")
+    message = stopped["pendingExceptionMessage"]
+    assert f"INSERT into {s}.narrow" in message and "out of range" in message, message
+    assert "trep_commit_seqno" not in message, message
+    assert rep.pgsql(f'SELECT id, v FROM "{s}".narrow ORDER BY id') == [(1, 1), (2, 2)]
+    assert stopped["pendingErrorSeqno"] == stopped["appliedLastSeqno"] + 1
