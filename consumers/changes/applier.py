@@ -47,8 +47,9 @@ from consumers.errors import ConsumerError, PositionConflict
 from consumers.heartbeat import Heartbeat
 from consumers.position import Position
 from consumers.registry import ApplierContext
+from consumers.zero_dates import ZeroDateTally, count_zero_dates
 from replicator import crashpoints
-from thl_topics.event import ThlEvent, ThlValue
+from thl_topics.event import RowChange, ThlEvent, ThlValue
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,8 @@ class ChangesApplier:
         self._group_metadata: Any = None
         self._expected: int | None = None
         self._beat: Heartbeat | None = None
+        #: Zero and partial dates become null in the records, as in Debezium: counted.
+        self._zeros = ZeroDateTally(self.target, ctx.metrics, log)
 
     @property
     def records(self) -> int:
@@ -167,6 +170,9 @@ class ChangesApplier:
             raise RuntimeError("no open block: begin() first")
         self._records.add(event)
         self._txn.poll()
+        for item in event.data:
+            if isinstance(item, RowChange):
+                count_zero_dates(self._zeros, f"{item.schema}.{item.table}", item)
 
     def heartbeat(self, beat: Heartbeat) -> None:
         # Kept with the position record of this block: where the group's lag is read.
@@ -210,9 +216,11 @@ class ChangesApplier:
                 doing="adding the THL offset to the transaction", seqno=position.seqno)
         self._txn.commit(position.seqno)
         self._expected = position.seqno
+        self._zeros.commit(position.seqno)
 
     def rollback(self) -> None:
         self._txn.rollback()
+        self._zeros.rollback()
 
     def _transaction(self, work: Any) -> None:
         """``work(producer)`` in a transaction of its own, committed."""

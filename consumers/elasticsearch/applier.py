@@ -81,6 +81,7 @@ from consumers.heartbeat import Heartbeat
 from consumers.position import Position
 from consumers.provisioning import chunk_of
 from consumers.registry import ApplierContext
+from consumers.zero_dates import ZeroDateRefused, ZeroDateTally, count_zero_dates
 from replicator import crashpoints
 from thl_topics.event import ColumnSpec, RowChange, ThlEvent, ThlValue
 
@@ -116,6 +117,7 @@ class ElasticsearchApplier:
         self._expected: Expected = None
         self._documents = BlockDocuments(cfg)
         self._beats: list[bytes] = []
+        self._zeros = ZeroDateTally(self.target, ctx.metrics, log)
 
     @property
     def es(self) -> Elasticsearch:
@@ -197,11 +199,13 @@ class ElasticsearchApplier:
         self._flush()
         crashpoints.reached("apply-before-position")
         self._expected = self._tracking.write(position, self._expected)
+        self._zeros.commit(position.seqno)
         self.rollback()
 
     def rollback(self) -> None:
         self._documents.clear()
         self._beats.clear()
+        self._zeros.rollback()
 
     # -- tables -----------------------------------------------------------------------------
 
@@ -266,14 +270,21 @@ class ElasticsearchApplier:
         if chunk is not None and chunk.first and event.fragno == 0 and \
                 (chunk.schema, chunk.table) == (change.schema, change.table):
             self._clear(table, event, extra, keyed=any(s.primary_key for s in specs))
-        after = table.encoder(change.column_specs, after_layout) \
+        zero_dates = self.cfg.zero_dates
+        after = table.encoder(change.column_specs, after_layout, zero_dates) \
             if after_layout is not None else None
-        before = table.encoder(change.key_specs, before_layout) \
+        before = table.encoder(change.key_specs, before_layout, zero_dates) \
             if before_layout is not None else None
-        if not any(s.primary_key for s in specs):
-            self._documents.keyless(table, change, event, after, before, extra)
-            return
-        self._documents.keyed(table, change, event, after, before, extra)
+        try:
+            if not any(s.primary_key for s in specs):
+                self._documents.keyless(table, change, event, after, before, extra)
+            else:
+                self._documents.keyed(table, change, event, after, before, extra)
+        except ZeroDateRefused as exc:
+            raise DataError(f"{self.target}: {table.qualified}, {exc}, seqno {event.seqno}",
+                            seqno=event.seqno) from exc
+        if zero_dates == "null":
+            count_zero_dates(self._zeros, table.qualified, change)
 
     def _clear(self, table: TableIndex, event: ThlEvent, extra: dict[str, Any],
                keyed: bool) -> None:

@@ -67,6 +67,10 @@ class ElasticsearchTarget(BaseModel):
     #: Map DECIMAL(p<=15, s) to ``scaled_float`` (exact in searches and aggregations):
     #: ``auto`` when every node has the ``mapper-extras`` module, else ``double``.
     scaled_float: Literal["auto", "yes", "no"] = "auto"
+    #: Zero and partial dates ('0000-00-00'), which no date field holds: ``null`` stores
+    #: NULL, counted in ``trep_values_changed_total{kind="zero_date"}``; ``error`` stops the
+    #: group at the seqno (``consumers.zero_dates``).
+    zero_dates: Literal["null", "error"] = "null"
     #: A bulk request holds this many bytes at most; a block larger than that is sent in
     #: several requests, one at a time.
     bulk_max_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024)

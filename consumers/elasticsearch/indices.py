@@ -28,6 +28,7 @@ from consumers.elasticsearch.types import (
     field_mapping,
 )
 from consumers.errors import DataError, TransientError
+from consumers.zero_dates import ZeroDates
 from thl_topics.event import ColumnSpec
 
 #: The applier's log: these lines were always the applier's, and are filtered by its name.
@@ -59,11 +60,12 @@ class TableIndex:
     def qualified(self) -> str:
         return f"{self.schema}.{self.table}"
 
-    def encoder(self, specs: list[ColumnSpec], layout: tuple[Any, ...]) -> RowEncoder:
+    def encoder(self, specs: list[ColumnSpec], layout: tuple[Any, ...],
+                zero_dates: ZeroDates = "null") -> RowEncoder:
         """The row encoder of one column layout (made once per layout)."""
         found = self.encoders.get(layout)
         if found is None:
-            found = self.encoders[layout] = RowEncoder(specs)
+            found = self.encoders[layout] = RowEncoder(specs, zero_dates)
         return found
 
 

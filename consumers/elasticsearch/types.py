@@ -36,8 +36,9 @@ BINARY, VARBINARY, BLOB,     binary                            base64 (BINARY(n)
 GEOMETRY                                                       n bytes)
 ===========================  ================================  ============================
 
-Zero dates ("0000-00-00") have no date in Elasticsearch: the server refuses the document and
-the group stops at that seqno with a data error naming the table and the column.
+Zero and partial dates ("0000-00-00", "2024-03-00") have no date in Elasticsearch: the
+target's ``zero_dates`` says what they become (``consumers.zero_dates``: NULL and counted by
+default, or a data error naming the table and the column).
 
 Besides the columns, a document holds the fields the applier adds (``INTERNAL_FIELDS``, and
 the chosen ``DOCUMENT_FIELDS``); a source column of one of those names is refused.
@@ -53,6 +54,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from consumers.zero_dates import ZeroDates, date_column, zero_or_value
 from thl_topics.event import ColumnSpec, ThlValue
 from thl_topics.values import DECIMAL_TYPES, FLOAT_TYPES, from_thl
 
@@ -224,15 +226,24 @@ def encoder(spec: ColumnSpec) -> Encoder | None:
     return _generic
 
 
+def _zero_dates(column: str, policy: ZeroDates) -> Encoder:
+    def encode(raw: ThlValue) -> JsonValue:
+        return zero_or_value(raw, column, policy)[0]
+    return encode
+
+
 class RowEncoder:
-    """Encodes rows of one column layout: names and the few columns that need converting."""
+    """Encodes rows of one column layout: names and the few columns that need converting
+    (date columns too: a zero date is no date here, ``consumers.zero_dates``)."""
 
     __slots__ = ("convert", "names")
 
-    def __init__(self, specs: Sequence[ColumnSpec]) -> None:
+    def __init__(self, specs: Sequence[ColumnSpec], zero_dates: ZeroDates = "null") -> None:
         self.names = [s.name for s in specs]
         self.convert = [(i, enc) for i, s in enumerate(specs)
                         if (enc := encoder(s)) is not None]
+        self.convert += [(i, _zero_dates(s.name, zero_dates)) for i, s in enumerate(specs)
+                         if date_column(s)]
 
     def values(self, row: Sequence[ThlValue]) -> list[JsonValue]:
         """The row's JSON values in column order."""

@@ -78,6 +78,7 @@ from consumers.mongodb.writes import DocumentWriter
 from consumers.position import Position
 from consumers.provisioning import chunk_of, idempotent_tables
 from consumers.registry import ApplierContext
+from consumers.zero_dates import ZeroDateTally, count_zero_dates
 from replicator import crashpoints
 from thl_topics.event import RowChange, ThlEvent, ThlValue
 
@@ -126,6 +127,7 @@ class MongoApplier:
         self._beats: list[Heartbeat] = []
         self._seqno = -1
         self._seqno64 = Int64(-1)
+        self._zeros = ZeroDateTally(self.target, ctx.metrics, log)
         self._ordinal = 0
         #: Highest ``_op`` applied per keyless collection (missing: read it from the target).
         self._marks: dict[Namespace, tuple[int, int]] = {}
@@ -157,7 +159,8 @@ class MongoApplier:
         try:
             self._transactions = use_transactions(self.cfg.transactions, traits)
             self._layouts.types = TypeOptions(
-                decimal128=use_decimal128(self.cfg.decimal, traits))
+                decimal128=use_decimal128(self.cfg.decimal, traits),
+                zero_dates=self.cfg.zero_dates)
         except Unsupported as exc:
             raise TerminalError(f"{self.target}: {exc}") from exc
         if self.traits != traits:
@@ -207,6 +210,7 @@ class MongoApplier:
         self._keyless = {}
         self._clears = {}
         self._beats = []
+        self._zeros.rollback()
         # Writes of the abandoned block may or may not have landed: read the marks again.
         self._marks.clear()
 
@@ -305,6 +309,7 @@ class MongoApplier:
             self._writes, self._keyless, self._beats = KeyedWrites(), {}, []
             self._clears = {}
         self._expected = position.seqno
+        self._zeros.commit(position.seqno)
 
     def _commit_in_transaction(self, position: Position) -> None:
         def block(session: ClientSession) -> None:
@@ -357,6 +362,8 @@ class MongoApplier:
                 self._keyed_row(event, after, new, before, old)
             elif layout is not None:
                 self._keyless_row(event, layout, after, new, before, old, loose)
+        if self.cfg.zero_dates == "null":
+            count_zero_dates(self._zeros, f"{change.schema}.{change.table}", change)
 
     def _next(self) -> int:
         self._ordinal += 1

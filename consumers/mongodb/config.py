@@ -71,6 +71,11 @@ class MongoTarget(BaseModel):
     #: ``decimal128`` or as exact decimal ``string``s; ``auto``: Decimal128 unless the server
     #: has none (FerretDB). Wider DECIMALs are always strings (Decimal128 holds 34 digits).
     decimal: Literal["auto", "decimal128", "string"] = "auto"
+    #: Zero and partial dates ('0000-00-00', '2024-03-00'), which no BSON date holds:
+    #: ``null`` stores null, counted in ``trep_values_changed_total{kind="zero_date"}``;
+    #: ``text`` the string MySQL prints (what this applier did before 2026-11); ``error``
+    #: stops the group at the seqno (``consumers.zero_dates``).
+    zero_dates: Literal["null", "text", "error"] = "null"
     #: Text columns that hold JSON, embedded as documents like JSON columns:
     #: ``schema.table.column`` patterns (``*`` and ``?`` wildcards). MariaDB's JSON type is a
     #: LONGTEXT to the binlog, so its JSON columns must be named here; a MySQL JSON column

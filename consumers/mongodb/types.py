@@ -18,8 +18,9 @@ DATETIME(0..3),             date (milliseconds: exact); DATETIME is taken as UTC
 TIMESTAMP(0..3)             TIMESTAMP is UTC
 DATETIME(4..6),             string as MySQL prints it with the column's digits,
 TIMESTAMP(4..6)             "2024-05-01 12:00:00.000001" (a BSON date has milliseconds)
-zero dates                  the string MySQL prints ("0000-00-00", "0000-00-00 00:00:00",
-                            also dates in year 0): BSON dates cannot hold them
+zero and partial dates      BSON dates cannot hold them ("0000-00-00", "2024-03-00", year
+                            0): as ``zero_dates`` says, null (default, counted), the
+                            string MySQL prints (``text``), or a data error
 TIME(n)                     string as MySQL prints it, "-838:59:59.000000" (durations, may be
                             negative or beyond 24 h)
 CHAR, VARCHAR, TEXT, ENUM   string (U+0000 included)
@@ -45,6 +46,7 @@ from typing import Any
 
 from bson.decimal128 import Decimal128
 
+from consumers.zero_dates import ZeroDateRefused, ZeroDates, zero_or_value
 from thl_topics.event import ColumnSpec, ThlValue
 from thl_topics.values import DECIMAL_TYPES, FLOAT_TYPES, INTEGER_TYPES
 from thl_topics.values import format_datetime as thl_datetime
@@ -74,6 +76,8 @@ class TypeOptions:
 
     #: Decimal128 for DECIMALs (<= 34 digits) and big integers; else exact strings.
     decimal128: bool = True
+    #: What a zero or partial date becomes (``consumers.zero_dates``).
+    zero_dates: ZeroDates = "null"
 
 
 # -- keys ----------------------------------------------------------------------------------
@@ -124,17 +128,27 @@ def _float(raw: ThlValue) -> Any:
     return float(raw) if isinstance(raw, int) else raw
 
 
-def _date(raw: ThlValue) -> Any:
-    if not isinstance(raw, str):
-        return raw
+def _zero_date(raw: str, spec: ColumnSpec, opts: TypeOptions) -> Any:
+    """A text no BSON date holds: a zero or partial date (``zero_dates``), else as it is."""
     try:
-        day = dt.date.fromisoformat(raw)
-    except ValueError:
-        return raw  # a zero date (or one in year 0): the text MySQL prints
-    return dt.datetime(day.year, day.month, day.day)  # noqa: DTZ001 - pymongo: naive is UTC
+        return zero_or_value(raw, spec.name, opts.zero_dates)[0]
+    except ZeroDateRefused as exc:
+        raise ValueRefused(str(exc)) from exc
 
 
-def _datetime(spec: ColumnSpec) -> Converter:
+def _date(spec: ColumnSpec, opts: TypeOptions) -> Converter:
+    def convert(raw: ThlValue) -> Any:
+        if not isinstance(raw, str):
+            return raw
+        try:
+            day = dt.date.fromisoformat(raw)
+        except ValueError:
+            return _zero_date(raw, spec, opts)
+        return dt.datetime(day.year, day.month, day.day)  # noqa: DTZ001 - naive is UTC
+    return convert
+
+
+def _datetime(spec: ColumnSpec, opts: TypeOptions) -> Converter:
     digits = max(0, min(6, spec.scale))
 
     def convert(raw: ThlValue) -> Any:
@@ -143,7 +157,8 @@ def _datetime(spec: ColumnSpec) -> Converter:
         try:
             value = dt.datetime.fromisoformat(raw)
         except ValueError:
-            return raw  # zero date: already printed with the column's digits
+            # A zero date: with ``text``, already printed with the column's digits.
+            return _zero_date(raw, spec, opts)
         if digits <= 3:
             return value  # naive, UTC: milliseconds are exact in a BSON date
         return format_datetime(value, digits)
@@ -256,9 +271,9 @@ def converter(spec: ColumnSpec, opts: TypeOptions, json_text: bool = False) -> C
     if kind in FLOAT_TYPES:
         return _float
     if kind == "DATE":
-        return _date
+        return _date(spec, opts)
     if kind in ("DATETIME", "TIMESTAMP"):
-        return _datetime(spec)
+        return _datetime(spec, opts)
     if kind == "TIME":
         return _time(spec)
     if kind == "SET":

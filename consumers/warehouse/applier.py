@@ -55,10 +55,11 @@ from consumers.warehouse.errors import classify
 from consumers.warehouse.merge import DeltaWriter
 from consumers.warehouse.positions import DeltaTracking
 from consumers.warehouse.staging import BatchStager, Segment, StagingArea, StagingError
+from consumers.zero_dates import ZeroDateTally, count_zero_dates
 from replicator import crashpoints
 from replicator.progress import CatchUp
 from thl_topics.errors import ThlError
-from thl_topics.event import ThlEvent, ThlValue
+from thl_topics.event import RowChange, ThlEvent, ThlValue
 from thl_topics.reader import ThlReader
 
 if TYPE_CHECKING:
@@ -98,6 +99,7 @@ class WarehouseApplier:
         self._expected: int | None = None
         self._settings = ctx.service
         self._catch_up = CatchUp(f"warehouse {self.group}")
+        self._zeros = ZeroDateTally(self.target, ctx.metrics, log)
 
     def _new_stager(self) -> BatchStager:
         return BatchStager(self.cfg.separator, self.cfg.quote_all, self.cfg.zero_dates)
@@ -214,6 +216,9 @@ class WarehouseApplier:
             self._stager.add(event)
         except StagingError as exc:
             raise DataError(str(exc), seqno=event.seqno, event_id=event.event_id) from exc
+        for item in event.data:
+            if isinstance(item, RowChange):
+                count_zero_dates(self._zeros, f"{item.schema}.{item.table}", item)
         if event.last_frag and self._stager.rows >= self.cfg.staging_flush_rows:
             # On a seqno boundary only: a seqno's rows of one table stay in one file.
             self._write_staged()
@@ -266,6 +271,7 @@ class WarehouseApplier:
                 log.warning("%s: cannot remove staging files: %s", self.target, exc)
         self._written = []
         self._beats = []
+        self._zeros.commit(position.seqno)
         self._catch_up.committed(position.seqno, rows)
 
     def _materialize(self, segments: list[Segment], position: Position) -> None:
@@ -329,6 +335,7 @@ class WarehouseApplier:
         self._stager = self._new_stager()
         self._written = []
         self._beats = []
+        self._zeros.rollback()
         if self._writer is not None:
             self._writer.forget()
 

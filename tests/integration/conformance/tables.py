@@ -55,6 +55,13 @@ GENERATED = Table(
     "DEFAULT CHARSET=utf8mb4",
     ("id", "a", "v", "st", "h", "txt"), ("id",))
 
+#: MySQL's zero and partial dates, which no calendar type outside the MySQL family holds.
+ZERO_DATES = Table(
+    "zero_dates",
+    "CREATE TABLE {s}.zero_dates (id INT PRIMARY KEY, d DATE NULL, t DATETIME NULL, "
+    "ts TIMESTAMP NULL DEFAULT NULL, note VARCHAR(20)) DEFAULT CHARSET=utf8mb4",
+    ("id", "d", "t", "ts", "note"), ("id",))
+
 #: Values of many MiB: a row larger than a Kafka record.
 BLOBS = Table(
     "blobs",

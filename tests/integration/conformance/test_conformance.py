@@ -15,6 +15,7 @@ import pytest
 
 from replicator.crashpoints import EXIT_STATUS
 from thl_topics.reader import ThlReader
+from thl_topics.values import incomplete_date
 
 from ..harness.processes import stacks
 from .conftest import Conformance
@@ -28,6 +29,7 @@ from .tables import (
     NOPK,
     TYPES,
     TYPES_ROWS,
+    ZERO_DATES,
     mysql_columns,
 )
 
@@ -118,6 +120,28 @@ def test_type_matrix_round_trips(conformance: Conformance) -> None:
         word = "equal" if svc.kind.checks_json_text else "different"
         assert f"{svc.schema}.types" in checked.stdout and word in checked.stdout, \
             checked.stdout + checked.stderr
+
+
+def test_zero_dates_leave_the_group_online_as_null_or_as_they_are(
+        conformance: Conformance) -> None:
+    svc = conformance
+    svc.start()
+    svc.create(ZERO_DATES)
+    s = svc.schema
+    svc.src("SET sql_mode = ''",
+            f"INSERT INTO {s}.zero_dates VALUES (1, '0000-00-00', '0000-00-00 00:00:00', "
+            "'0000-00-00 00:00:00', '0000-00-00'), (2, '2024-03-00', '2024-00-00 10:00:00', "
+            "NULL, 'partial'), (3, '2024-03-05', '2024-03-05 10:00:00', "
+            "'2024-03-05 10:00:00', 'whole')")
+    svc.src("SET sql_mode = ''", f"UPDATE {s}.zero_dates SET d = '0000-00-00' WHERE id = 3")
+    svc.wait_source_applied()
+    source = svc.src(f"SELECT id, d, t, ts, note FROM {s}.zero_dates ORDER BY id")
+    dates = range(1, 4)  # d, t, ts; note is text and keeps '0000-00-00' everywhere
+    expected = [svc.kind.normalize(ZERO_DATES, tuple(
+        None if i in dates and not svc.kind.zero_dates_kept and incomplete_date(v) else v
+        for i, v in enumerate(row))) for row in source]
+    assert sorted(svc.kind.rows(s, ZERO_DATES), key=lambda r: r[0]) == expected
+    assert svc.status()["state"] == "ONLINE"
 
 
 def test_hostile_identifiers(conformance: Conformance) -> None:

@@ -30,6 +30,9 @@ class Kind(abc.ABC):
     #: A check of the type matrix finds the target equal. False where the store cannot give
     #: JSON text back as the source wrote it (the README's known limits say which).
     checks_json_text: bool = True
+    #: Zero and partial dates are stored as they are (MySQL family); elsewhere the
+    #: default ``zero_dates: null`` stores NULL.
+    zero_dates_kept: bool = False
     #: Extra seconds a spawned trep-run needs before it applies (a Spark JVM to start).
     startup_s: float = 0.0
     #: The largest row the store holds (None: at least the 64 MiB the suite writes); a

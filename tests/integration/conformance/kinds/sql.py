@@ -18,6 +18,7 @@ from .base import Kind, Row
 
 class MariaDBKind(Kind):
     name = "mariadb"
+    zero_dates_kept = True
     servers = ("mariadb_target",)
 
     @property

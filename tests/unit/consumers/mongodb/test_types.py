@@ -99,15 +99,20 @@ def test_microsecond_datetimes_are_the_text_mysql_prints() -> None:
     assert conv(dt6, "0001-01-01 00:00:00.000001") == "0001-01-01 00:00:00.000001"
 
 
-def test_zero_dates_stay_the_text_mysql_prints() -> None:
-    assert conv(spec("DATE"), "0000-00-00") == "0000-00-00"
-    assert conv(spec("DATE"), "0000-01-01") == "0000-01-01"  # year 0: no BSON date
-    assert conv(spec("DATETIME"), "0000-00-00 00:00:00") == "0000-00-00 00:00:00"
-    assert conv(spec("DATETIME", scale=6), "0000-00-00 00:00:00.000000") == \
-        "0000-00-00 00:00:00.000000"
-    assert conv(spec("TIMESTAMP"), "0000-00-00 00:00:00") == "0000-00-00 00:00:00"
-    assert conv(spec("DATE"), "2024-00-00") == "2024-00-00"  # partial: as stored
-    assert conv(spec("DATETIME"), "2024-03-00 10:00:00") == "2024-03-00 10:00:00"
+def test_zero_dates_are_null_by_default_the_text_mysql_prints_or_refused() -> None:
+    text = TypeOptions(zero_dates="text")
+    zeros = [(spec("DATE"), "0000-00-00"), (spec("DATE"), "0000-01-01"),  # year 0
+             (spec("DATETIME"), "0000-00-00 00:00:00"),
+             (spec("DATETIME", scale=6), "0000-00-00 00:00:00.000000"),
+             (spec("TIMESTAMP"), "0000-00-00 00:00:00"),
+             (spec("DATE"), "2024-00-00"), (spec("DATETIME"), "2024-03-00 10:00:00")]
+    for column, raw in zeros:
+        assert conv(column, raw) is None
+        assert conv(column, raw, text) == raw  # as stored, with the column's digits
+        with pytest.raises(ValueRefused, match="zero date"):
+            conv(column, raw, TypeOptions(zero_dates="error"))
+    assert conv(spec("DATE"), "2024-03-05", TypeOptions(zero_dates="error")) == \
+        dt.datetime(2024, 3, 5)
 
 
 def test_time_is_the_text_mysql_prints_with_the_column_digits() -> None:
