@@ -89,3 +89,13 @@ def is_transactional(sql: str) -> bool:
 def is_database_statement(sql: str) -> bool:
     """True for CREATE/DROP/ALTER DATABASE (SCHEMA)."""
     return _DATABASE.match(sql) is not None
+
+
+#: ``/*!50003 CREATE*/``: a versioned comment whose text the server runs (mysqldump's form).
+_VERSIONED = re.compile(r"/\*!\d*\s?(.*?)\*/", re.S)
+_TRIGGER = re.compile(rf"^{_COMMENT}(?:CREATE\s+{_MODIFIERS}|DROP\s+)TRIGGER\b", re.I | re.S)
+
+
+def is_trigger_statement(sql: str) -> bool:
+    """True for CREATE/DROP TRIGGER, also written in versioned comments as mysqldump does."""
+    return _TRIGGER.match(_VERSIONED.sub(r"\1", sql[:2000])) is not None

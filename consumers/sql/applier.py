@@ -51,6 +51,7 @@ from consumers.sql.rows import RowWriter
 from consumers.sql.tables import TargetTables
 from consumers.sql.types import policy_for
 from replicator import crashpoints
+from replicator.sql_names import is_trigger_statement
 from replicator.tracking import PositionMoved
 from thl_topics.event import RowChange, Statement, ThlEvent, ThlValue
 
@@ -334,6 +335,12 @@ class SqlApplier:
     # -- statements and DDL -----------------------------------------------------------------
 
     def _statement(self, stmt: Statement, event: ThlEvent) -> None:
+        if self.cfg.triggers == "skip" and is_trigger_statement(stmt.sql):
+            # The row images carry what the source's trigger did; a copy on the target would
+            # do it again (duplicate keys, or rows changed twice).
+            log.info("%s: seqno %d: trigger statement left out (triggers: skip): %.120s",
+                     self.target, event.seqno, " ".join(stmt.sql.split()))
+            return
         self._batches.flush()
         self._tables.clear()
         self._forget_statements()

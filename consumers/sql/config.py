@@ -27,6 +27,10 @@ class SqlTarget(BaseModel):
     #: ``skip`` them, or stop with an ``error``. Default: apply on MySQL/MariaDB; skip where
     #: ``create_tables`` makes the tables from the row images; else error.
     statements: Literal["apply", "skip", "error"] | None = None
+    #: CREATE/DROP TRIGGER statement events: ``skip`` (the default) leaves them out, since
+    #: the row images already carry what a source trigger did and a trigger made on the
+    #: target would do it a second time; ``apply`` replays them like other statements.
+    triggers: Literal["skip", "apply"] = "skip"
     #: Create a table the THL names and the target lacks (schema too), add a column a row
     #: image has and the table lacks, widen a column whose source type widened; stop on a
     #: column dropped or narrowed on the source (see the README's type map). Default: on

@@ -43,6 +43,8 @@ class TargetTables:
         self.statements_applied = statements_applied
         self._run_ddl = run_ddl
         self._tables: dict[tuple[str, str], TargetTable] = {}
+        #: Tables whose triggers were reported (once per process).
+        self._trigger_checked: set[tuple[str, str]] = set()
 
     def clear(self) -> None:
         """Forget every table (reflected again when next used)."""
@@ -62,9 +64,29 @@ class TargetTables:
                                     f"{self.ctx.target}" + hint, seqno=seqno)
                 found = self._create(change.schema, change.table, specs, seqno)
             self._tables[key] = found
+            self._report_triggers(change.schema, change.table)
         if self.create_tables:
             found = self._evolve(found, specs, seqno)
         return found
+
+    def _report_triggers(self, schema: str, table: str) -> None:
+        """Warn of triggers on a target table: they fire on every row the applier writes,
+        and the row images already carry what the source's triggers did."""
+        if (schema, table) in self._trigger_checked or self.ctx.dialect == "oracle":
+            return
+        self._trigger_checked.add((schema, table))
+        try:
+            found = self.ctx.db.execute(sa.text(
+                "SELECT trigger_name, action_timing, event_manipulation FROM "
+                "information_schema.triggers WHERE event_object_schema = :s AND "
+                "event_object_table = :t ORDER BY trigger_name"), {"s": schema, "t": table}).all()
+        except sa_exc.DBAPIError as exc:
+            raise self.ctx.classify(exc, f"reading the triggers of {schema}.{table}") from exc
+        for name, timing, event in found:
+            log.warning("%s: table %s.%s has trigger %s (%s %s): it fires on every row this "
+                        "group applies, on top of what the source's row images carry; drop "
+                        "it on the target unless that is meant", self.ctx.target, schema,
+                        table, name, timing, event)
 
     def reflect(self, schema: str, table: str) -> TargetTable | None:
         """The target table as it is now; None if there is none."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from replicator.sql_names import StatementTarget, statement_target
+from replicator.sql_names import StatementTarget, is_trigger_statement, statement_target
 
 
 @pytest.mark.parametrize(("sql", "default", "expected"), [
@@ -33,3 +33,19 @@ from replicator.sql_names import StatementTarget, statement_target
 def test_statement_targets(sql: str, default: str | None,
                            expected: tuple[str | None, str | None]) -> None:
     assert statement_target(sql, default) == StatementTarget(*expected)
+
+
+@pytest.mark.parametrize(("sql", "trigger"), [
+    ("CREATE TRIGGER a AFTER INSERT ON t FOR EACH ROW INSERT INTO x VALUES (1)", True),
+    ("CREATE DEFINER=`root`@`localhost` TRIGGER a BEFORE INSERT ON t FOR EACH ROW "
+     "SET NEW.a = 1", True),
+    ("/*!50003 CREATE*/ /*!50017 DEFINER=`root`@`localhost`*/ /*!50003 TRIGGER t1 BEFORE "
+     "INSERT ON t FOR EACH ROW SET NEW.a = 1 */", True),
+    ("create or replace trigger a after insert on t for each row do 1", True),
+    ("DROP TRIGGER IF EXISTS s.a", True),
+    ("CREATE TABLE triggers (a INT)", False),
+    ("INSERT INTO trigger_log VALUES (1)", False),
+    ("DROP TABLE `trigger`", False),
+])
+def test_trigger_statements(sql: str, trigger: bool) -> None:
+    assert is_trigger_statement(sql) is trigger
