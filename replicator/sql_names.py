@@ -15,6 +15,8 @@ _EXISTS = r"(?:IF\s+(?:NOT\s+)?EXISTS\s+)?"
 _MODIFIERS = (r"(?:(?:OR\s+REPLACE|TEMPORARY|ONLINE|OFFLINE|IGNORE|DEFINER\s*=\s*\S+|"
               r"ALGORITHM\s*=\s*\w+|SQL\s+SECURITY\s+\w+|UNIQUE|FULLTEXT|SPATIAL)\s+)*")
 _COMMENT = r"(?:\s|/\*.*?\*/)*"
+#: ``/*!50003 CREATE*/``: a versioned comment whose text the server runs (mysqldump's form).
+_VERSIONED = re.compile(r"/\*!\d*\s?(.*?)\*/", re.S)
 
 _PATTERNS = [
     ("database", re.compile(
@@ -28,6 +30,12 @@ _PATTERNS = [
     ("table", re.compile(
         rf"^{_COMMENT}(?:CREATE|DROP)\s+{_MODIFIERS}INDEX\s+{_IDENT}\s+ON\s+{_NAME}",
         re.I | re.S)),
+    # A trigger belongs to its table (in the trigger's schema when the table is unqualified).
+    ("trigger", re.compile(
+        rf"^{_COMMENT}CREATE\s+{_MODIFIERS}TRIGGER\s+{_EXISTS}"
+        rf"(?P<trigger>{_IDENT}(?:\s*\.\s*{_IDENT})?)\s+(?:BEFORE|AFTER)\s+"
+        rf"(?:INSERT|UPDATE|DELETE)\s+ON\s+{_NAME}", re.I | re.S)),
+    ("schema", re.compile(rf"^{_COMMENT}DROP\s+TRIGGER\s+{_EXISTS}{_NAME}", re.I | re.S)),
     ("table", re.compile(
         rf"^{_COMMENT}(?:INSERT|REPLACE)\s+(?:(?:LOW_PRIORITY|DELAYED|HIGH_PRIORITY|IGNORE)"
         rf"\s+)*(?:INTO\s+)?{_NAME}", re.I | re.S)),
@@ -61,13 +69,20 @@ def _split(name: str) -> list[str]:
 
 def statement_target(sql: str, default_schema: str | None) -> StatementTarget:
     """The schema and table of ``sql``; an unqualified table is in ``default_schema``."""
+    head = _VERSIONED.sub(r"\1", sql[:2000])
     for kind, pattern in _PATTERNS:
-        match = pattern.match(sql)
+        match = pattern.match(head)
         if match is None:
             continue
         parts = _split(match.group("name"))
         if kind == "database":
             return StatementTarget(parts[0], None)
+        if kind == "schema":  # DROP TRIGGER [schema.]name: its table is not named
+            return StatementTarget(parts[0] if len(parts) == 2 else default_schema, None)
+        if kind == "trigger" and len(parts) == 1:
+            trigger = _split(match.group("trigger"))
+            if len(trigger) == 2:
+                return StatementTarget(trigger[0], parts[0])
         if len(parts) == 2:
             return StatementTarget(parts[0], parts[1])
         return StatementTarget(default_schema, parts[0])
@@ -90,9 +105,6 @@ def is_database_statement(sql: str) -> bool:
     """True for CREATE/DROP/ALTER DATABASE (SCHEMA)."""
     return _DATABASE.match(sql) is not None
 
-
-#: ``/*!50003 CREATE*/``: a versioned comment whose text the server runs (mysqldump's form).
-_VERSIONED = re.compile(r"/\*!\d*\s?(.*?)\*/", re.S)
 _TRIGGER = re.compile(rf"^{_COMMENT}(?:CREATE\s+{_MODIFIERS}|DROP\s+)TRIGGER\b", re.I | re.S)
 
 

@@ -49,3 +49,19 @@ def test_statement_targets(sql: str, default: str | None,
 ])
 def test_trigger_statements(sql: str, trigger: bool) -> None:
     assert is_trigger_statement(sql) is trigger
+
+
+@pytest.mark.parametrize(("sql", "default", "expected"), [
+    ("CREATE TRIGGER s.a AFTER INSERT ON s.t FOR EACH ROW DO 1", None, ("s", "t")),
+    ("CREATE DEFINER=`root`@`localhost` TRIGGER s.a AFTER INSERT ON t FOR EACH ROW DO 1",
+     None, ("s", "t")),
+    ("CREATE TRIGGER a BEFORE UPDATE ON t FOR EACH ROW SET NEW.x = 1", "d", ("d", "t")),
+    ("/*!50003 CREATE*/ /*!50017 DEFINER=`root`@`localhost`*/ /*!50003 TRIGGER a BEFORE "
+     "INSERT ON `my t` FOR EACH ROW SET NEW.a = 1 */", "d", ("d", "my t")),
+    ("DROP TRIGGER IF EXISTS s.a", None, ("s", None)),
+    ("DROP TRIGGER a", "d", ("d", None)),
+    ("/*!40000 ALTER TABLE `t` DISABLE KEYS */", "d", ("d", "t")),
+])
+def test_trigger_statements_belong_to_their_table(sql: str, default: str | None,
+                                                   expected: tuple[str | None, ...]) -> None:
+    assert statement_target(sql, default) == StatementTarget(*expected)
