@@ -133,14 +133,7 @@ class PendingProvisioning:
         with self._lock:
             self._reading = None
             self._asked_at = self._clock()
-            try:
-                data, _ = self._client.get_async(self._path).get(timeout=timeout)
-            except NoNodeError:
-                self.request = None
-            except (KazooException, KazooTimeoutError) as exc:  # ZooKeeper away: as it was
-                log.debug("provisioning request not read: %s", exc)
-            else:
-                self.request = ProvisionRequest.from_json(data)
+            self._take(lambda: self._client.get_async(self._path).get(timeout=timeout))
 
     def mark(self, event: ThlEvent) -> ThlEvent:
         """``event``, its changes to tables of a provisioning still ahead marked
@@ -154,14 +147,7 @@ class PendingProvisioning:
         reading = self._reading
         if reading is not None and reading.ready():
             self._reading = None
-            try:
-                data, _ = reading.get(block=False)
-            except NoNodeError:
-                self.request = None
-            except KazooException as exc:  # ZooKeeper away: the last request read stands
-                log.debug("provisioning request not read: %s", exc)
-            else:
-                self.request = ProvisionRequest.from_json(data)
+            self._take(lambda: reading.get(block=False))
         now = self._clock()
         if self._reading is None and now - self._asked_at >= 1.0:
             self._asked_at = now
@@ -169,3 +155,15 @@ class PendingProvisioning:
                 self._reading = self._client.get_async(self._path)
             except KazooException as exc:  # a closed session: ask again later
                 log.debug("provisioning request not asked for: %s", exc)
+
+    def _take(self, answer: Callable[[], Any]) -> None:
+        """The request from ZooKeeper's ``answer``; while ZooKeeper is away, the last one
+        read stands."""
+        try:
+            data, _ = answer()
+        except NoNodeError:
+            self.request = None
+        except (KazooException, KazooTimeoutError) as exc:
+            log.debug("provisioning request not read: %s", exc)
+        else:
+            self.request = ProvisionRequest.from_json(data)
