@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
 
 from extractor.service import Extractor
 from replicator.control import ComponentNodes
@@ -16,9 +17,22 @@ from trep.runner import Runner
 
 
 def component_status(zk: KazooClient, cfg: ServiceConfig, component: str) -> dict[str, Any]:
-    """The status a component (``extractor`` or ``consumers/<group>``) published last."""
+    """The status a component (``extractor`` or ``consumers/<group>``) published last.
+
+    A test that runs the replicator in threads of its own process shares the GIL with it:
+    applying a value of many MiB holds it for seconds in one C call (PyMySQL escaping 64 MiB
+    takes 2.5 s on an idle core), so one request of the test's client can miss
+    ``zk_call``'s 5 s while ZooKeeper is fine. Ask again for up to 60 s before failing.
+    """
     nodes = ComponentNodes(zk, cfg.zookeeper.root, cfg.service, component)
-    return nodes.status() or {}
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return nodes.status() or {}
+        except ConnectionLoss:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def wait_state(status: Callable[[], dict[str, Any]], state: str, timeout: float, *,
