@@ -15,26 +15,14 @@ consumers:
 
 from __future__ import annotations
 
-import string
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
+from consumers.naming import NamePolicy, check_template
+
 #: Placeholders a topic template may use.
 TOPIC_FIELDS = ("service", "schema", "table")
-
-
-def check_template(template: str) -> str:
-    """``template`` if it uses only the known placeholders (ValueError otherwise)."""
-    try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
-    except ValueError as exc:
-        raise ValueError(f"topic template {template!r}: {exc}") from exc
-    unknown = [f for f in fields if f not in TOPIC_FIELDS]
-    if unknown:
-        raise ValueError(f"topic template {template!r} uses {unknown}; the placeholders are "
-                         + ", ".join("{" + f + "}" for f in TOPIC_FIELDS))
-    return template
 
 
 class SchemaRegistryConfig(BaseModel):
@@ -88,9 +76,13 @@ class ChangesTarget(BaseModel):
     bootstrap_servers: str | None = None
     #: Topic of each table; placeholders {service}, {schema}, {table}.
     topic: str = "{service}.{schema}.{table}"
-    #: Templates for particular tables, by ``schema.table`` pattern (shell wildcards), e.g.
-    #: for a table whose name is not a legal topic name: ``{"shop.order items": "..."}``.
+    #: Templates for particular tables, by ``schema.table`` (an exact name first, then shell
+    #: wildcards in order), e.g. ``{"shop.order items": "{service}.shop.orders"}``.
     topics: dict[str, str] = Field(default_factory=dict)
+    #: A name Kafka refuses: ``map`` (characters other than ``A-Za-z0-9._-`` become ``_``,
+    #: over 249 characters cut with a hash; two tables on one topic stop the group) or
+    #: ``strict`` (stop on every such name).
+    names: NamePolicy = "map"
     #: Partitions of a new topic of a table with a primary key.
     partitions: int = Field(1, ge=1)
     #: Partitions of a new topic of a table without a key: 1 keeps its records in one
@@ -122,13 +114,13 @@ class ChangesTarget(BaseModel):
     @field_validator("topic")
     @classmethod
     def _topic(cls, value: str) -> str:
-        return check_template(value)
+        return check_template(value, TOPIC_FIELDS, "topic")
 
     @field_validator("topics")
     @classmethod
     def _topics(cls, value: dict[str, str]) -> dict[str, str]:
         for template in value.values():
-            check_template(template)
+            check_template(template, TOPIC_FIELDS, "topic")
         return value
 
     @model_validator(mode="after")

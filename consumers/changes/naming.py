@@ -1,9 +1,11 @@
 """How source names become change-topic names: a table's topic, Avro names of columns.
 
 A table's topic comes from the target's template (``{service}.{schema}.{table}`` by default,
-or the first ``topics:`` pattern that matches ``schema.table``). Kafka topic names allow only
-``[A-Za-z0-9._-]``, at most 249 characters: a table whose name the template cannot express is
-a data error naming the table and the seqno, never a silently mangled name.
+or the first ``topics:`` pattern that matches ``schema.table``), made a Kafka topic name by
+the one naming rule (``consumers.naming``): Kafka allows only ``[A-Za-z0-9._-]``, at most
+249 characters, so any other character becomes ``_`` (Debezium's rule) and a longer name is
+cut and ends with a hash. Two tables that meet on one topic are refused (a data error naming
+both); ``names: strict`` refuses every name the rule would change.
 
 Avro names allow only ``[A-Za-z_][A-Za-z0-9_]*``: any other character of a column or topic
 name is written ``_uXXXX`` (UTF-16 code units, Debezium's ``avro_unicode`` adjustment), and
@@ -12,47 +14,51 @@ the field keeps the source name under ``tungsten.column``. JSON keeps the source
 
 from __future__ import annotations
 
-import fnmatch
 import re
 
 from consumers.changes.config import ChangesTarget
 from consumers.errors import DataError
+from consumers.naming import NameOwners, Overrides, StoreRule, UnfitName
 
-_LEGAL = re.compile(r"[A-Za-z0-9._-]{1,249}\Z")
 _AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _AVRO_CHAR = re.compile(r"[A-Za-z0-9_]")
 
+#: Kafka's topic names (``org.apache.kafka.common.internals.Topic``).
+TOPIC = StoreRule("Kafka topic name", 249,
+                  takes=lambda ch: ch.isascii() and (ch.isalnum() or ch in "._-"),
+                  reserved=frozenset({".", ".."}))
+
 
 class TopicNames:
-    """The topic of each table, from the target's templates."""
+    """The topic of each table, from the target's templates and the naming rule."""
 
     def __init__(self, cfg: ChangesTarget, service: str) -> None:
         self.cfg = cfg
         self.service = service
+        self.overrides = Overrides(cfg.topics)
+        self.owners = NameOwners("topic", "topics")
         self._cache: dict[tuple[str, str], str] = {}
 
     def template(self, schema: str, table: str) -> str:
         """The template that applies to ``schema.table``."""
-        name = f"{schema}.{table}"
-        for pattern, template in self.cfg.topics.items():
-            if fnmatch.fnmatchcase(name, pattern):
-                return template
-        return self.cfg.topic
+        return self.overrides.match(schema, table) or self.cfg.topic
 
     def topic(self, schema: str, table: str, seqno: int) -> str:
-        """The table's topic; DataError if it is not a legal Kafka topic name."""
+        """The table's topic; DataError if no topic can hold it (strict names, collision)."""
         found = self._cache.get((schema, table))
         if found is not None:
             return found
         template = self.template(schema, table)
-        name = template.format(service=self.service, schema=schema, table=table)
-        if not _LEGAL.match(name) or name in (".", ".."):
+        source = f"table {schema}.{table}"
+        try:
+            name = TOPIC.name(template.format(service=self.service, schema=schema,
+                                              table=table), self.cfg.names, source)
+            self.owners.claim(name, f"{schema}.{table}")
+        except UnfitName as exc:
             raise DataError(
-                f"table {schema}.{table} (seqno {seqno}): the topic template {template!r} "
-                f"gives {name!r}, which is not a Kafka topic name (only A-Z a-z 0-9 . _ -, "
-                f"at most 249 characters). Map the table to a topic with the target's "
-                f"`topics: {{\"{schema}.{table}\": \"...\"}}`, filter it out of this group, "
-                f"or skip the seqno.", seqno=seqno)
+                f"{exc} (seqno {seqno}, topic template {template!r}). Map the table with the "
+                f"target's `topics: {{\"{schema}.{table}\": \"...\"}}`, filter it out of this "
+                f"group, or skip the seqno.", seqno=seqno) from exc
         self._cache[(schema, table)] = name
         return name
 

@@ -69,15 +69,15 @@ from consumers.elasticsearch.errors import request_error
 from consumers.elasticsearch.indices import IndexMappings, TableIndex, column_layout
 from consumers.elasticsearch.naming import (
     TOMBSTONE_SUFFIX,
-    IndexCollision,
     IndexNameError,
-    IndexOwners,
     index_name,
+    index_owners,
 )
 from consumers.elasticsearch.positions import Expected, TrackingIndex
 from consumers.elasticsearch.types import APPLIED_FRAGNO, APPLIED_SEQNO, DELETED, ROWS, dumps
 from consumers.errors import DataError, TransientError
 from consumers.heartbeat import Heartbeat
+from consumers.naming import NameCollision
 from consumers.position import Position
 from consumers.provisioning import chunk_of
 from consumers.registry import ApplierContext
@@ -111,7 +111,7 @@ class ElasticsearchApplier:
         self._bulk = BulkSender(cluster, self._forget_table)
         self._tables: dict[tuple[str, str], TableIndex] = {}
         #: Which table each index holds, to refuse a second table on one index.
-        self._owners = IndexOwners()
+        self._owners = index_owners()
         #: The position document's (_seq_no, _primary_term) as last read or written; None:
         #: no position stored (the next commit creates it).
         self._expected: Expected = None
@@ -183,12 +183,7 @@ class ElasticsearchApplier:
         """The documents of a checked key range, as the source rows they stand for, in THL
         values (consumers.check): the index's mapping says how each field decodes."""
         self._flush()
-        try:
-            alias = index_name(self.cfg.index, self.service, check.schema, check.table,
-                               self.cfg.indices,
-                               reserve=len(TOMBSTONE_SUFFIX) if self.tombstones else 0)
-        except IndexNameError as exc:
-            raise DataError(f"{self.target}: {exc}") from exc
+        alias = self._alias(check.schema, check.table, -1)
         yield from readback.read_range(self.es, alias, check, self.target)
 
     def record_check(self, result: CheckResult) -> None:
@@ -217,21 +212,27 @@ class ElasticsearchApplier:
             self._tables[key] = table
         return table
 
+    def _alias(self, schema: str, table: str, seqno: int) -> str:
+        """The name a table's documents are read by (its index, or the alias over it)."""
+        try:
+            return index_name(self.cfg.index, self.service, schema, table, self.cfg.indices,
+                              reserve=len(TOMBSTONE_SUFFIX) if self.tombstones else 0,
+                              policy=self.cfg.names)
+        except IndexNameError as exc:
+            at = f" (seqno {seqno})" if seqno >= 0 else ""
+            raise DataError(f"{self.target}: {exc}{at}", seqno=seqno) from exc
+
     def _open_table(self, schema: str, name: str, specs: list[ColumnSpec],
                     seqno: int) -> TableIndex:
-        try:
-            alias = index_name(self.cfg.index, self.service, schema, name, self.cfg.indices,
-                               reserve=len(TOMBSTONE_SUFFIX) if self.tombstones else 0)
-        except IndexNameError as exc:
-            raise DataError(f"{self.target}: {exc} (seqno {seqno})", seqno=seqno) from exc
+        alias = self._alias(schema, name, seqno)
         index = alias + TOMBSTONE_SUFFIX if self.tombstones else alias
         if index == self._tracking.index:
             raise DataError(f"{self.target}: table {schema}.{name} would go to index {index}, "
                             "the replicator's tracking index; name another one in `indices`",
                             seqno=seqno)
         try:
-            self._owners.claim(index, schema, name)
-        except IndexCollision as exc:
+            self._owners.claim(index, f"{schema}.{name}")
+        except NameCollision as exc:
             raise DataError(f"{self.target}: {exc} (seqno {seqno})", seqno=seqno) from exc
         table = TableIndex(schema, name, index, alias)
         quoted = dumps(index)

@@ -19,6 +19,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
 
+from consumers.naming import NamePolicy, check_template
+
+#: Placeholders an index template may use.
+INDEX_FIELDS = ("schema", "table", "service")
+
 #: Optional fields a document can carry besides the row's columns.
 DocumentField = Literal["source_schema", "source_table", "committime", "seqno"]
 
@@ -46,8 +51,13 @@ class ElasticsearchTarget(BaseModel):
     #: refuses in index names (space, ``"*,/<>?\\|#:``) become ``_``. Two tables that end up
     #: with one name are refused (the second stops the group); name them in ``indices``.
     index: str = "{schema}.{table}"
-    #: Explicit index names by ``schema.table``; they win over the template.
+    #: Index names or templates for particular tables, by ``schema.table`` (an exact name
+    #: first, then shell wildcards in order); they win over ``index``.
     indices: dict[str, str] = Field(default_factory=dict)
+    #: ``map``: a name Elasticsearch refuses is lower-cased, its refused characters become
+    #: ``_`` and a long one is cut with a hash (two tables meeting on one index stop the
+    #: group); ``strict``: stop the group on every name that would change.
+    names: NamePolicy = "map"
     #: ``hard``: a delete removes the document (Elasticsearch remembers its version only
     #: for ``index.gc_deletes`` and not across a restart, so a replay from before the
     #: delete shows the row again until it reaches the delete). ``tombstone``: a delete
@@ -87,13 +97,13 @@ class ElasticsearchTarget(BaseModel):
     @field_validator("index")
     @classmethod
     def _template(cls, value: str) -> str:
-        if "{table}" not in value:
-            raise ValueError("the index template must contain {table}: one index per table")
-        try:
-            value.format(schema="s", table="t", service="v")
-        except (KeyError, IndexError, ValueError) as exc:
-            raise ValueError(f"index template {value!r}: only {{schema}}, {{table}} and "
-                             f"{{service}} can be used ({exc})") from exc
+        return check_template(value, INDEX_FIELDS, "index", required=("table",))
+
+    @field_validator("indices")
+    @classmethod
+    def _templates(cls, value: dict[str, str]) -> dict[str, str]:
+        for template in value.values():
+            check_template(template, INDEX_FIELDS, "index")
         return value
 
     def client_options(self) -> dict[str, Any]:

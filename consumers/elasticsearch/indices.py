@@ -18,7 +18,6 @@ from elasticsearch import ApiError, Elasticsearch, TransportError
 
 from consumers.elasticsearch.context import TargetContext
 from consumers.elasticsearch.errors import error_kind, reason, refused_column, request_error
-from consumers.elasticsearch.naming import IndexCollision
 from consumers.elasticsearch.types import (
     DELETED,
     DOCUMENT_FIELDS,
@@ -28,6 +27,7 @@ from consumers.elasticsearch.types import (
     field_mapping,
 )
 from consumers.errors import DataError, TransientError
+from consumers.naming import NameCollision
 from consumers.zero_dates import ZeroDates
 from thl_topics.event import ColumnSpec
 
@@ -158,8 +158,8 @@ class IndexMappings:
         owner = (meta.get("service"), meta.get("schema"), meta.get("table"))
         if owner[0] == self.service and meta.get("table") and \
                 owner[1:] != (table.schema, table.table):
-            collision = IndexCollision(table.index, (str(owner[1]), str(owner[2])),
-                                       (table.schema, table.table))
+            collision = NameCollision("index", table.index, f"{owner[1]}.{owner[2]}",
+                                      table.qualified, "indices")
             raise DataError(f"{self.ctx.target}: {collision} (seqno {seqno})", seqno=seqno)
         if owner != (self.service, table.schema, table.table):
             what = (f"table {owner[1]}.{owner[2]} of service {owner[0]}" if meta.get("table")

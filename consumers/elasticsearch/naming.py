@@ -28,6 +28,7 @@ import json
 from collections.abc import Sequence
 
 from consumers.elasticsearch.types import JsonValue
+from consumers.naming import NameOwners, NamePolicy, Overrides, StoreRule, UnfitName
 
 #: Characters Elasticsearch refuses in index names (8.x), and its length limit in bytes.
 INVALID_INDEX_CHARACTERS = frozenset('\\/*?"<>| ,#:')
@@ -38,62 +39,43 @@ MAX_ID_BYTES = 512
 TOMBSTONE_SUFFIX = ".all"
 
 
-class IndexNameError(ValueError):
+class IndexNameError(UnfitName):
     """No valid index name can be made for a table; the message says how to name one."""
 
 
-class IndexCollision(IndexNameError):
-    """Two source tables map to one index."""
-
-    def __init__(self, index: str, owner: tuple[str, str], other: tuple[str, str]) -> None:
-        super().__init__(
-            f"tables {owner[0]}.{owner[1]} and {other[0]}.{other[1]} both map to index "
-            f"{index} (index names are lower-case and some characters become '_'); give "
-            f"{other[0]}.{other[1]} its own name in the target's `indices`")
-        self.index, self.owner, self.other = index, owner, other
+#: Elasticsearch's index names (8.x): lower case, these characters refused, 255 bytes.
+INDEX = StoreRule("Elasticsearch index name", MAX_INDEX_BYTES,
+                  takes=lambda ch: ch not in INVALID_INDEX_CHARACTERS, lower=True,
+                  reserved=frozenset({".", ".."}))
 
 
-class IndexOwners:
-    """Which table each index holds: a second table on one index is refused."""
-
-    def __init__(self) -> None:
-        self._owners: dict[str, tuple[str, str]] = {}
-
-    def claim(self, index: str, schema: str, table: str) -> None:
-        """Record that ``index`` holds ``schema.table`` (IndexCollision if another table's)."""
-        owner = self._owners.setdefault(index, (schema, table))
-        if owner != (schema, table):
-            raise IndexCollision(index, owner, (schema, table))
-
-    def release(self, index: str) -> None:
-        """Forget an index (it disappeared)."""
-        self._owners.pop(index, None)
-
-    def clear(self) -> None:
-        self._owners.clear()
+def index_owners() -> NameOwners:
+    """Which table each index holds (the owner is also in the index mapping's ``_meta``)."""
+    return NameOwners("index", "indices")
 
 
 def index_name(template: str, service: str, schema: str, table: str,
-               overrides: dict[str, str] | None = None, reserve: int = 0) -> str:
-    """The index of ``schema.table``: an override, else the template, made valid.
+               overrides: dict[str, str] | None = None, reserve: int = 0,
+               policy: NamePolicy = "map") -> str:
+    """The index of ``schema.table``: an override, else the template, made valid
+    (IndexNameError if it cannot be, or ``policy`` is strict and it would change).
 
     ``reserve`` bytes are kept free for a suffix (``.all`` in tombstone mode).
     """
-    explicit = (overrides or {}).get(f"{schema}.{table}")
-    raw = explicit if explicit is not None else template.format(
-        schema=schema, table=table, service=service)
-    name = "".join("_" if c in INVALID_INDEX_CHARACTERS else c for c in raw.lower())
-    if not name or name in (".", "..") or name[0] in "-_+":
+    chosen = Overrides(overrides or {}).match(schema, table)
+    if chosen is None:
+        chosen = template
+    raw = chosen.format(schema=schema, table=table, service=service)
+    if policy == "strict" and INDEX.problem(raw, reserve) is not None:
+        raise IndexNameError(f"table {schema}.{table}: {INDEX.problem(raw, reserve)} "
+                             f"({raw!r}; names: strict); give it a name in the target's "
+                             "`indices`, or set names: map")
+    name = INDEX.fit(raw, reserve)
+    if not name or name in INDEX.reserved or name[0] in "-_+":
         raise IndexNameError(
             f"table {schema}.{table} would go to index {name!r}, which Elasticsearch "
             "refuses (empty, '.', '..', or starting with '-', '_' or '+'); give it a name "
             "in the target's `indices` or a template with a prefix")
-    limit = MAX_INDEX_BYTES - reserve
-    encoded = name.encode()
-    if len(encoded) > limit:
-        digest = hashlib.sha256(encoded).hexdigest()[:8]
-        cut = encoded[:limit - 9].decode("utf-8", "ignore")
-        name = f"{cut}-{digest}"
     return name
 
 

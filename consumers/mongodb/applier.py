@@ -75,6 +75,7 @@ from consumers.mongodb.server import (
 )
 from consumers.mongodb.types import TypeOptions
 from consumers.mongodb.writes import DocumentWriter
+from consumers.naming import NameOwners
 from consumers.position import Position
 from consumers.provisioning import chunk_of, idempotent_tables
 from consumers.registry import ApplierContext
@@ -111,8 +112,9 @@ class MongoApplier:
         self._transactions = False
         # The parts of the applier, each on its client (``client``, ``server``).
         deployment = TargetContext(cfg, self.target, lambda: self.client, lambda: self.server)
-        self._layouts = Layouts(deployment, self.service)
         self._tracking = MongoTracking(deployment, self.tracking_db, self.group)
+        self._layouts = Layouts(deployment, self.service, NameOwners(
+            "collection", "collection", record=self._tracking.record_name))
         self._documents = DocumentWriter(deployment, self.tracking_db)
         #: Writes the seqnos of an open block already collected while the next ones are
         #: converted (``_write_ahead``); one request in flight.
@@ -169,6 +171,7 @@ class MongoApplier:
                      "Decimal128" if self._layouts.types.decimal128 else "strings")
         self.traits = traits
         self._layouts.clear()
+        self._layouts.owners.load(self._tracking.names())
         self._marks.clear()
 
     def position(self) -> Position | None:
@@ -283,7 +286,8 @@ class MongoApplier:
                                                             self._marks, self._clears),
                          "writing before a check")
             self._writes, self._keyless, self._clears = KeyedWrites(), {}, {}
-        yield from readback.read_range(self.client, self.cfg, self.service, check, self.target)
+        yield from readback.read_range(self.client, self.cfg, self.service, check, self.target,
+                                       self.server.ferretdb)
 
     def record_check(self, result: CheckResult) -> None:
         """Upsert the range's document in ``tungsten_<service>.consistency``."""

@@ -15,7 +15,6 @@ consumers:
 
 from __future__ import annotations
 
-import string
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
@@ -23,20 +22,10 @@ from pydantic import BaseModel, Field, SecretStr, field_validator
 from pymongo.errors import ConfigurationError, InvalidURI
 from pymongo.uri_parser import parse_uri
 
+from consumers.naming import NamePolicy, check_template
+
 #: The fields a name template may use.
 TEMPLATE_FIELDS = {"database": {"schema", "service"}, "collection": {"schema", "table"}}
-
-
-def _check_template(value: str, allowed: set[str], what: str) -> str:
-    try:
-        fields = {f for _, f, _, _ in string.Formatter().parse(value) if f is not None}
-    except ValueError as exc:
-        raise ValueError(f"{what} template {value!r}: {exc}") from exc
-    unknown = fields - allowed
-    if unknown or "" in fields:
-        raise ValueError(f"{what} template {value!r} may use only "
-                         f"{', '.join('{' + f + '}' for f in sorted(allowed))}")
-    return value
 
 
 class MongoTarget(BaseModel):
@@ -62,6 +51,10 @@ class MongoTarget(BaseModel):
     #: ``false``: names go verbatim and a name the server refuses stops the group
     #: (data error).
     escape_names: bool = True
+    #: A database name the server refuses (a space, a dot, over 63 bytes ...): ``map`` makes
+    #: each refused character ``_`` and cuts a long name with a hash (two tables meeting on
+    #: one collection stop the group); ``strict`` stops the group on such a name.
+    names: NamePolicy = "map"
     #: ``on``: data and position of a block in one multi-document transaction (a replica set
     #: or sharded cluster; refused where the server has none, FerretDB included); ``off``:
     #: seqno-guarded writes, position last; ``auto``: ``on`` where the server has
@@ -105,12 +98,12 @@ class MongoTarget(BaseModel):
     @field_validator("database")
     @classmethod
     def _database(cls, value: str) -> str:
-        return _check_template(value, TEMPLATE_FIELDS["database"], "database")
+        return check_template(value, TEMPLATE_FIELDS["database"], "database")
 
     @field_validator("collection")
     @classmethod
     def _collection(cls, value: str) -> str:
-        return _check_template(value, TEMPLATE_FIELDS["collection"], "collection")
+        return check_template(value, TEMPLATE_FIELDS["collection"], "collection")
 
     def is_json(self, schema: str, table: str, column: str) -> bool:
         """Whether a text column is declared to hold JSON (``json_columns``)."""

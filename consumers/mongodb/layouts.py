@@ -18,7 +18,6 @@ from consumers.mongodb.errors import data_error
 from consumers.mongodb.naming import (
     Namespace,
     collection_problem,
-    database_problem,
     field_name,
     namespace,
     refused_field,
@@ -32,6 +31,7 @@ from consumers.mongodb.types import (
     converter,
     key_converter,
 )
+from consumers.naming import NameOwners, UnfitName
 from thl_topics.event import ColumnSpec, RowChange, ThlEvent, ThlValue
 
 
@@ -63,9 +63,11 @@ class Layout:
 class Layouts:
     """The layouts of the tables written to one server (known once connected)."""
 
-    def __init__(self, ctx: TargetContext, service: str) -> None:
+    def __init__(self, ctx: TargetContext, service: str, owners: NameOwners) -> None:
         self.ctx = ctx
         self.service = service
+        #: Which table each collection holds (``trep_names``).
+        self.owners = owners
         #: What the server stores (set on connecting).
         self.types = TypeOptions()
         self._layouts: dict[tuple[object, ...], Layout] = {}
@@ -75,23 +77,31 @@ class Layouts:
         """Forget every layout (a new session: the server may be another one)."""
         self._layouts.clear()
         self._namespaces.clear()
+        self.owners.clear()
 
     def namespace(self, schema: str, table: str, event: ThlEvent) -> Namespace:
         """Where a table's documents go; a data error if the server cannot take the names."""
         found = self._namespaces.get((schema, table))
         if found is not None:
             return found
-        found = namespace(self.ctx.cfg, self.service, schema, table)
-        problem = database_problem(found.database, self.ctx.server.ferretdb)
-        what = f"database {found.database!r}"
-        if problem is None:
-            problem = collection_problem(found.database, found.collection)
-            what = f"collection {found.collection!r}"
+        source = f"{schema}.{table}"
+        how = ("map the table elsewhere with the target's `database` and `collection` "
+               "templates, or filter it out")
+        try:
+            found = namespace(self.ctx.cfg, self.service, schema, table,
+                              self.ctx.server.ferretdb)
+        except UnfitName as exc:
+            raise data_error(self.ctx.target, event, source, None,
+                             f"{exc} on {self.ctx.server.name}; {how}") from exc
+        problem = collection_problem(found.database, found.collection)
         if problem is not None:
-            raise data_error(self.ctx.target, event, f"{schema}.{table}", None,
-                             f"{what} cannot be used on {self.ctx.server.name}: {problem}; "
-                             "map the table elsewhere with the target's `database` and "
-                             "`collection` templates, or filter it out")
+            raise data_error(self.ctx.target, event, source, None,
+                             f"collection {found.collection!r} cannot be used on "
+                             f"{self.ctx.server.name}: {problem}; {how}")
+        try:
+            self.owners.claim(str(found), source)
+        except UnfitName as exc:
+            raise data_error(self.ctx.target, event, source, None, f"{exc}; {how}") from exc
         self._namespaces[(schema, table)] = found
         return found
 

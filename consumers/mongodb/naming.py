@@ -1,11 +1,16 @@
 """How source names become MongoDB names: a table's database and collection, a column's field.
 
 Mapping (``config.MongoTarget``): database = source schema, collection = source table, both
-from the target's templates. With ``escape_names`` (the default) collection and field names
+from the target's templates. Database names follow the one naming rule (``consumers.naming``):
+a character the server refuses there becomes ``_`` (MongoDB: ``/\\. "$*<>:|?`` and U+0000;
+FerretDB: anything but ASCII letters, digits, ``_`` and ``-``) and a name over 63 bytes is cut
+with a hash; ``names: strict`` refuses such a name instead. Two tables meeting on one
+collection are refused, the owner of each collection kept in the tracking database
+(``trep_names``). With ``escape_names`` (the default) collection and field names
 percent-encode the characters that MongoDB or FerretDB cannot take there (``%`` ``$`` ``.``
-``"`` ``\\`` and control characters); without it, such a name is refused. A name the server
-refuses is a data error naming the table (``database_problem``, ``collection_problem``,
-``refused_field``), never a silently changed one.
+``"`` ``\\`` and control characters: injective, so no two names meet); without it, such a
+name is refused. A name the server refuses is a data error naming the table
+(``collection_problem``, ``refused_field``), never a silently changed one.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import NamedTuple
 
 from consumers.mongodb.config import MongoTarget
 from consumers.mongodb.types import RESERVED, refused_key
+from consumers.naming import StoreRule
 
 #: Characters percent-encoded in collection and field names (see the module docstring).
 _ESCAPED = frozenset('%$."\\') | frozenset(chr(c) for c in range(0x20)) | {"\x7f"}
@@ -29,11 +35,23 @@ class Namespace(NamedTuple):
         return f"{self.database}.{self.collection}"
 
 
-def namespace(cfg: MongoTarget, service: str, schema: str, table: str) -> Namespace:
-    """Where the documents of a source table live: the ``database`` and ``collection``
-    templates, with schema and table escaped in the collection name (``escape_names``)."""
+#: Database names (MongoDB's manual, "Naming Restrictions"; 64 bytes with the terminator).
+DATABASE = StoreRule("MongoDB database name", 63, takes=lambda ch: ch not in '/\\. "$*<>:|?\x00')
+#: FerretDB 1.24 takes fewer characters in database names (they become SQLite tables).
+FERRETDB_DATABASE = StoreRule("FerretDB database name", 63,
+                              takes=lambda ch: ch.isascii() and (ch.isalnum() or ch in "_-"))
+
+
+def namespace(cfg: MongoTarget, service: str, schema: str, table: str,
+              ferretdb: bool) -> Namespace:
+    """Where the documents of a source table live: the ``database`` template made a database
+    name by the naming rule (UnfitName if it cannot be one), the ``collection`` template
+    with schema and table escaped (``escape_names``)."""
     escape = escape_name if cfg.escape_names else str
-    return Namespace(cfg.database.format(schema=schema, service=service),
+    rule = FERRETDB_DATABASE if ferretdb else DATABASE
+    raw = cfg.database.format(schema=schema, service=service)
+    database = rule.name(raw, cfg.names, f"database {raw!r}")
+    return Namespace(database,
                      cfg.collection.format(schema=escape(schema), table=escape(table)))
 
 
@@ -62,20 +80,6 @@ def refused_field(name: str, ferretdb: bool) -> str | None:
         # '\\' and control characters make every later read of the collection fail.
         problem = "FerretDB cannot take '\"', '\\' or control characters in a top-level field"
     return problem
-
-
-def database_problem(name: str, ferretdb: bool) -> str | None:
-    """Why ``name`` cannot be a database name on the server, or None if it can."""
-    if not name:
-        return "it is empty"
-    if len(name.encode()) > 63:
-        return "it is longer than 63 bytes"
-    bad = sorted({ch for ch in name if ch in '/\\. "$*<>:|?' or ch == "\x00"})
-    if bad:
-        return f"it contains {' '.join(repr(ch) for ch in bad)}"
-    if ferretdb and not all(ch.isascii() and (ch.isalnum() or ch in "_-") for ch in name):
-        return "FerretDB takes only ASCII letters, digits, '_' and '-' in database names"
-    return None
 
 
 def collection_problem(database: str, name: str) -> str | None:

@@ -35,6 +35,9 @@ HEARTBEAT = "heartbeat"
 #: Per collection, the seqno of the last provisioning clear (``blocks.Clear``).
 PROVISIONED = "provisioned"
 CONSISTENCY = "consistency"
+#: Which source table each collection holds (``_id``: ``database.collection``), so that a
+#: table mapped onto another's collection is refused across sessions too.
+NAMES = "trep_names"
 
 
 class MongoTracking:
@@ -65,6 +68,18 @@ class MongoTracking:
         coll = self.ctx.client[self.tracking_db][COMMIT_SEQNO]
         classified(lambda: coll.delete_one({ID: TASK_ID}), self.ctx.target,
                    f"clearing {COMMIT_SEQNO}")
+
+    def names(self) -> dict[str, str]:
+        """The recorded owners: ``database.collection`` -> ``schema.table``."""
+        coll = self.ctx.client[self.tracking_db][NAMES]
+        docs = classified(lambda: list(coll.find({})), self.ctx.target, f"reading {NAMES}")
+        return {str(d[ID]): str(d["source"]) for d in docs}
+
+    def record_name(self, name: str, source: str) -> None:
+        """Record that collection ``name`` holds table ``source`` (before its first write)."""
+        coll = self.ctx.client[self.tracking_db][NAMES]
+        classified(lambda: coll.replace_one({ID: name}, {ID: name, "source": source},
+                                            upsert=True), self.ctx.target, f"writing {NAMES}")
 
     def heartbeat(self, beat: Heartbeat) -> Write:
         """The guarded write of a heartbeat's document (``_id``: the heartbeat id)."""

@@ -23,11 +23,11 @@ from thl_topics.event import ThlValue
 
 
 def read_range(client: MongoClient[RawDoc], cfg: MongoTarget, service: str, check: CheckRange,
-               target: str) -> Iterator[list[ThlValue]]:
+               target: str, ferretdb: bool) -> Iterator[list[ThlValue]]:
     """The live documents of a checked key range, as the source rows they stand for, in
     THL values (``consumers.check``): the type map backwards. The range is cut here, not
     in the query: key order is the source's (typed) order, not BSON's."""
-    ns = namespace(cfg, service, check.schema, check.table)
+    ns = namespace(cfg, service, check.schema, check.table, ferretdb)
     fields = [field_name(c.name, cfg.escape_names) for c in check.specs]
     json_text = [cfg.is_json(check.schema, check.table, c.name) for c in check.specs]
     names = [c.name for c in check.specs]

@@ -90,6 +90,12 @@ def detect(build_info: Mapping[str, Any], hello: Mapping[str, Any]) -> ServerTra
                         reliable_error_index=True, max_bson_size=max_bson)
 
 
+def is_ferretdb(client: Any) -> bool:
+    """Whether a connected pymongo client talks to FerretDB (for readers outside the
+    applier, which take names by the server's rule, ``naming.namespace``)."""
+    return "ferretdbVersion" in client.admin.command("buildInfo")
+
+
 class Unsupported(ValueError):
     """The configuration asks for something this server cannot do."""
 

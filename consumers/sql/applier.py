@@ -45,6 +45,7 @@ from consumers.sql.batches import BatchWriter, Queued
 from consumers.sql.config import MYSQL_FAMILY, SqlTarget
 from consumers.sql.context import TargetContext
 from consumers.sql.errors import classify
+from consumers.sql.naming import SqlNames
 from consumers.sql.positions import SqlChannelStore, SqlTracking
 from consumers.sql.replay import StatementReplay
 from consumers.sql.rows import RowWriter
@@ -83,7 +84,8 @@ class SqlApplier:
         self._positions = SqlTracking(target, ctx.tracking_schema, ctx.channel,
                                       cfg.audit_seqnos)
         self._tables = TargetTables(target, self.create_tables, statements == "apply",
-                                    self._run_ddl)
+                                    self._run_ddl,
+                                    SqlNames(self.url.get_dialect()(), cfg.names))
         self._batches = BatchWriter(target, self.url.get_driver_name(), cfg.batch_rows,
                                     self._positions, self.rollback)
         self._rows = RowWriter(target, policy_for(self.dialect, cfg.zero_dates,
@@ -229,7 +231,7 @@ class SqlApplier:
     def read_range(self, check: CheckRange) -> Iterator[list[ThlValue]]:
         """The rows of a checked key range, as THL values (consumers.check)."""
         self._batches.flush()
-        target = self._tables.reflect(check.schema, check.table)
+        target = self._tables.lookup(check.schema, check.table, check.specs)
         if target is None:
             return  # no table: no rows (the source's count says whether that is right)
         query = readback.range_query(target, check, self.dialect, self.target)

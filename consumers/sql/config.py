@@ -8,6 +8,8 @@ from pydantic import BaseModel, Field, SecretStr, field_validator
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
+from consumers.naming import NamePolicy
+
 #: SQLAlchemy backends of the MySQL family: statement events can be replayed there.
 MYSQL_FAMILY = ("mysql", "mariadb")
 
@@ -46,6 +48,10 @@ class SqlTarget(BaseModel):
     #: at its seqno; ``strip`` removes it and counts the value in
     #: ``trep_values_changed_total{kind="nul_character"}``. Other targets store it.
     nul_characters: Literal["error", "strip"] = "error"
+    #: A schema, table or column name longer than the target's identifiers (PostgreSQL 63
+    #: bytes, Oracle 128): ``map`` cuts it and ends it with a hash of the whole name
+    #: (``consumers.naming``); ``strict`` stops the group at its seqno.
+    names: NamePolicy = "map"
     #: Rows sent to the driver in one executemany at most.
     batch_rows: int = Field(1000, gt=0)
     #: Also record every applied seqno in ``trep_apply_audit`` (same transaction as the

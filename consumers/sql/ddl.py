@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.schema import CreateColumn, CreateSchema, CreateTable, SetColumnComment
 
-from consumers.sql.types import SqlType, UnmappedType, column_type, integer_range
+from consumers.sql.types import SqlType, column_type, integer_range
 from thl_topics.event import ColumnSpec
 
 #: A DDL element, or SQL text built with the dialect's identifier quoting (run it with
@@ -155,34 +155,27 @@ def _spec(source: SourceType) -> ColumnSpec:
 
 # -- statements -----------------------------------------------------------------------------
 
-def check_name(name: str, dialect: Dialect, what: str) -> None:
-    """Refuse an identifier the target would silently shorten."""
-    limit = dialect.max_identifier_length
-    if len(name.encode()) > limit:
-        raise UnmappedType(f"{what} name {name!r} is {len(name.encode())} bytes: "
-                           f"{dialect.name} identifiers hold {limit}")
-
-
-def new_column(spec: ColumnSpec, dialect: Dialect, *, key: bool = False) -> sa.Column[object]:
-    """The column made for a THL column, its source type in its comment."""
-    check_name(spec.name, dialect, "column")
+def new_column(spec: ColumnSpec, dialect: Dialect, name: str | None = None, *,
+               key: bool = False) -> sa.Column[object]:
+    """The column made for a THL column (named ``name`` if its source name is not the
+    target's, ``consumers.sql.naming``), its source type in its comment."""
     # autoincrement=False: SQLAlchemy would make a lone integer key SERIAL on PostgreSQL (a
     # sequence the source never had, and a 4-byte column whatever the mapped type, so a
     # BIGINT UNSIGNED key of 18446744073709551615 was out of range).
-    return sa.Column(spec.name, column_type(spec, dialect.name), nullable=not key,
+    return sa.Column(name or spec.name, column_type(spec, dialect.name), nullable=not key,
                      autoincrement=False, comment=SourceType.of(spec).comment())
 
 
 def new_table(schema: str | None, name: str, specs: Sequence[ColumnSpec],
-              dialect: Dialect) -> sa.Table:
+              dialect: Dialect, aliases: dict[str, str] | None = None) -> sa.Table:
     """The table made for the columns of a row image, keyed by the THL's primary key.
 
     Key columns come in the order the THL lists them (the THL flags key columns; it
     carries no separate key order). Without key columns the table has no primary key.
     """
-    check_name(name, dialect, "table")
-    keys = [s.name for s in specs if s.primary_key]
-    columns = [new_column(s, dialect, key=s.primary_key) for s in specs]
+    aliases = aliases or {}
+    keys = [aliases.get(s.name, s.name) for s in specs if s.primary_key]
+    columns = [new_column(s, dialect, aliases.get(s.name), key=s.primary_key) for s in specs]
     constraints = [sa.PrimaryKeyConstraint(*keys)] if keys else []
     return sa.Table(name, sa.MetaData(), *columns, *constraints, schema=schema, quote=True,
                     quote_schema=True)

@@ -40,12 +40,16 @@ class TargetTable:
     sources: dict[str, SourceType] = field(default_factory=dict)
     #: Column layouts of row images already checked against this table.
     checked: set[tuple[object, ...]] = field(default_factory=set)
+    #: Columns whose target name is not their source name (``consumers.sql.naming``):
+    #: source name -> target name. Every other mapping here is keyed by source name.
+    aliases: dict[str, str] = field(default_factory=dict)
     table: sa.Table = field(init=False)
 
     def __post_init__(self) -> None:
         meta = sa.MetaData()
         self.table = sa.Table(self.name, meta,
-                              *(sa.Column(c, sa.types.NullType()) for c in self.types),
+                              *(sa.Column(self.aliases.get(c, c), sa.types.NullType(), key=c)
+                                for c in self.types),
                               schema=self.schema, quote=True, quote_schema=True)
 
     @property

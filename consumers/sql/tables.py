@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine.interfaces import ReflectedColumn
 
 from consumers.errors import DataError
+from consumers.naming import UnfitName
 from consumers.sql import ddl
 from consumers.sql.config import MYSQL_FAMILY
 from consumers.sql.context import TargetContext
+from consumers.sql.naming import SqlNames
 from consumers.sql.statements import TargetTable
 from consumers.sql.types import UnmappedType
 from thl_topics.event import ColumnSpec, RowChange
@@ -30,18 +34,20 @@ log = logging.getLogger("consumers.sql.applier")
 
 #: Runs DDL statements for a table (``where``) at a seqno.
 RunDdl = Callable[[Sequence[ddl.Ddl], str, int], None]
+_T = TypeVar("_T")
 
 
 class TargetTables:
     """The tables of one target as the applier binds to them, by source schema and table."""
 
     def __init__(self, ctx: TargetContext, create_tables: bool, statements_applied: bool,
-                 run_ddl: RunDdl) -> None:
+                 run_ddl: RunDdl, names: SqlNames) -> None:
         self.ctx = ctx
         self.create_tables = create_tables
         #: Statement events are replayed on this target (its tables come from them).
         self.statements_applied = statements_applied
         self._run_ddl = run_ddl
+        self.names = names
         self._tables: dict[tuple[str, str], TargetTable] = {}
         #: Tables whose triggers were reported (once per process).
         self._trigger_checked: set[tuple[str, str]] = set()
@@ -54,20 +60,49 @@ class TargetTables:
         """The target table of a row change (made or evolved with ``create_tables``)."""
         key = (change.schema, change.table)
         found = self._tables.get(key)
-        if found is None:
-            found = self.reflect(change.schema, change.table)
-            if found is None:
-                if not self.create_tables:
-                    hint = "" if self.statements_applied else (
-                        "; create it there (statements are not applied to this target)")
-                    raise DataError(f"table {change.schema}.{change.table} does not exist on "
-                                    f"{self.ctx.target}" + hint, seqno=seqno)
-                found = self._create(change.schema, change.table, specs, seqno)
+        aliases = self._named(lambda: self.names.aliases(specs), key, seqno) \
+            if self.names.rule is not None else {}
+        if found is None or (aliases and not aliases.items() <= found.aliases.items()):
+            found = self._bind(key, specs, aliases, found, seqno)
             self._tables[key] = found
-            self._report_triggers(change.schema, change.table)
         if self.create_tables:
-            found = self._evolve(found, specs, seqno)
+            found = self._tables[key] = self._evolve(found, specs, seqno)
         return found
+
+    def _bind(self, key: tuple[str, str], specs: Sequence[ColumnSpec],
+              aliases: dict[str, str], known: TargetTable | None, seqno: int) -> TargetTable:
+        """The table of a source table, reflected (or made), its columns keyed by source
+        names (``aliases`` adds to those of ``known``, the table as bound before)."""
+        if known is not None:
+            found = self.reflect(known.schema or "", known.name, {**known.aliases, **aliases})
+            if found is not None:
+                return found
+        schema, table = self._named(lambda: self.names.table(*key), key, seqno)
+        found = self.reflect(schema, table, aliases)
+        if found is None:
+            if not self.create_tables:
+                hint = "" if self.statements_applied else (
+                    "; create it there (statements are not applied to this target)")
+                raise DataError(f"table {schema}.{table} does not exist on "
+                                f"{self.ctx.target}" + hint, seqno=seqno)
+            found = self._create(schema, table, specs, aliases, seqno)
+        self._report_triggers(schema, table)
+        return found
+
+    def lookup(self, schema: str, table: str, specs: Sequence[ColumnSpec]
+               ) -> TargetTable | None:
+        """The target table of a source table for reading (checks), as it is now."""
+        key = (schema, table)
+        aliases = self._named(lambda: self.names.aliases(specs), key, -1)
+        return self.reflect(*self._named(lambda: self.names.table(*key), key, -1), aliases)
+
+    def _named(self, name: Callable[[], _T], key: tuple[str, str], seqno: int) -> _T:
+        """A name of the naming rule; a data error where the target cannot hold it."""
+        try:
+            return name()
+        except UnfitName as exc:
+            raise DataError(f"{self.ctx.target}: table {key[0]}.{key[1]}: {exc}"
+                            + (f" (seqno {seqno})" if seqno >= 0 else ""), seqno=seqno) from exc
 
     def _report_triggers(self, schema: str, table: str) -> None:
         """Warn of triggers on a target table: they fire on every row the applier writes,
@@ -88,30 +123,39 @@ class TargetTables:
                         "it on the target unless that is meant", self.ctx.target, schema,
                         table, name, timing, event)
 
-    def reflect(self, schema: str, table: str) -> TargetTable | None:
-        """The target table as it is now; None if there is none."""
+    def reflect(self, schema: str, table: str, aliases: dict[str, str] | None = None
+                ) -> TargetTable | None:
+        """The target table ``schema.table`` as it is now, its columns keyed by source names
+        (``aliases``: source name -> target name); None if there is none."""
         try:
             columns = sa.inspect(self.ctx.db).get_columns(table, schema=schema)
         except sa_exc.NoSuchTableError:
             return None
         except sa_exc.DBAPIError as exc:
             raise self.ctx.classify(exc, f"reading the columns of {schema}.{table}") from exc
+        aliases = aliases or {}
+        source = {target: name for name, target in aliases.items()}
+
+        def key(column: ReflectedColumn) -> str:
+            name = self._column_name(column["name"])
+            return source.get(name, name)
+
         sources = {}
         for c in columns:
-            source = ddl.SourceType.from_comment(c.get("comment"))
-            if source is not None:
-                sources[self._column_name(c["name"])] = source
+            recorded = ddl.SourceType.from_comment(c.get("comment"))
+            if recorded is not None:
+                sources[key(c)] = recorded
         return TargetTable(
-            schema, table, {self._column_name(c["name"]): c["type"] for c in columns},
-            {self._column_name(c["name"]): bool(c["computed"].get("persisted", True))
-             for c in columns if c.get("computed")}, sources)
+            schema, table, {key(c): c["type"] for c in columns},
+            {key(c): bool(c["computed"].get("persisted", True))
+             for c in columns if c.get("computed")}, sources, aliases=dict(aliases))
 
-    def _create(self, schema: str, name: str, specs: Sequence[ColumnSpec], seqno: int
-                ) -> TargetTable:
+    def _create(self, schema: str, name: str, specs: Sequence[ColumnSpec],
+                aliases: dict[str, str], seqno: int) -> TargetTable:
         """Create the table of a row image (and its schema); the table as reflected."""
         where = f"{schema}.{name}"
         try:
-            table = ddl.new_table(schema, name, specs, self.ctx.db.dialect)
+            table = ddl.new_table(schema, name, specs, self.ctx.db.dialect, aliases)
         except UnmappedType as exc:
             raise DataError(f"{self.ctx.target}: cannot create {where} for seqno {seqno}: {exc}; "
                             "create it by hand", seqno=seqno) from exc
@@ -120,10 +164,14 @@ class TargetTables:
                  seqno, len(specs), ", primary key " + ", ".join(
                      s.name for s in specs if s.primary_key) if any(
                      s.primary_key for s in specs) else ", no primary key")
-        return self._reflected(schema, name, seqno)
+        if aliases:
+            log.info("%s: %s: column names cut to the target's identifier length: %s",
+                     self.ctx.target, where, ", ".join(f"{s} -> {t}" for s, t in aliases.items()))
+        return self._reflected(schema, name, aliases, seqno)
 
-    def _reflected(self, schema: str, name: str, seqno: int) -> TargetTable:
-        found = self.reflect(schema, name)
+    def _reflected(self, schema: str, name: str, aliases: dict[str, str], seqno: int
+                   ) -> TargetTable:
+        found = self.reflect(schema, name, aliases)
         if found is None:
             raise DataError(f"{self.ctx.target}: {schema}.{name} is not there right after it was "
                             f"created or altered (seqno {seqno})", seqno=seqno)
@@ -149,7 +197,7 @@ class TargetTables:
                 "them, so nothing is written without them. Drop them on the target (or "
                 "clear their comment to keep them, filled by their default), then put the "
                 "group online", seqno=seqno)
-        table = ddl.new_table(found.schema, found.name, [], self.ctx.db.dialect)
+        table = ddl.new_table(found.schema, found.name, [], self.ctx.db.dialect, {})
         try:
             statements = self._alterations(found, specs, table, seqno)
         except UnmappedType as exc:
@@ -163,8 +211,7 @@ class TargetTables:
                 log.warning("%s: %s: columns added at seqno %d are NULL in the rows the "
                             "target already had, whatever DEFAULT the source gave them",
                             self.ctx.target, where, seqno)
-            found = self._reflected(found.schema or "", found.name, seqno)
-            self._tables[(found.schema or "", found.name)] = found
+            found = self._reflected(found.schema or "", found.name, found.aliases, seqno)
         found.checked.add(layout)
         return found
 
@@ -177,7 +224,7 @@ class TargetTables:
         statements: list[ddl.Ddl] = []
         for spec in specs:
             if spec.name not in found.types:
-                column = ddl.new_column(spec, dialect)
+                column = ddl.new_column(spec, dialect, found.aliases.get(spec.name))
                 table.append_column(column)
                 statements += ddl.add_column(table, column, dialect)
                 continue
@@ -187,7 +234,7 @@ class TargetTables:
             new = ddl.SourceType.of(spec)
             change = ddl.compare(old, new)
             if change is ddl.Change.WIDER:
-                column = ddl.new_column(spec, dialect)
+                column = ddl.new_column(spec, dialect, found.aliases.get(spec.name))
                 table.append_column(column)
                 statements += ddl.widen_column(table, column, found.types[spec.name],
                                                dialect)

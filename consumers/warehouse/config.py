@@ -24,6 +24,11 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from consumers.naming import check_template
+
+#: Placeholders of ``table_path`` and ``table_name``.
+TABLE_FIELDS = ("location", "schema", "table")
+
 #: Tungsten's Hive-friendly separator (seeds/002): 0x01 between fields.
 HIVE_SEPARATOR = "\x01"
 
@@ -130,9 +135,10 @@ class WarehouseTarget(BaseModel):
     def _one_naming(self) -> WarehouseTarget:
         if self.table_path is not None and self.table_name is not None:
             raise ValueError("set table_path or table_name, not both")
-        for template in (self.table_path, self.table_name):
-            if template is not None and "{table}" not in template:
-                raise ValueError(f"{template!r}: the template needs {{table}}")
+        for what, template in (("table_path", self.table_path),
+                               ("table_name", self.table_name)):
+            if template is not None:
+                check_template(template, TABLE_FIELDS, what, required=("table",))
         return self
 
     def staging(self) -> str:

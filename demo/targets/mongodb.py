@@ -11,6 +11,7 @@ from pymongo import MongoClient
 
 from consumers.mongodb.config import MongoTarget
 from consumers.mongodb.naming import field_name, namespace
+from consumers.mongodb.server import is_ferretdb
 from consumers.mongodb.types import DELETED
 from demo.compare import Digest, digest
 from demo.tables import SCHEMA, DemoTable
@@ -34,8 +35,9 @@ class MongoDemoTarget:
     def rebuild(self) -> None:
         """Drop the demo collections (tombstones and keyless marks with them)."""
         with self._client() as client:
+            ferretdb = is_ferretdb(client)
             for table in self.tables:
-                ns = namespace(self.target, self.service, SCHEMA, table.name)
+                ns = namespace(self.target, self.service, SCHEMA, table.name, ferretdb)
                 client[ns.database].drop_collection(ns.collection)
 
     def digests(self) -> dict[str, Digest]:
@@ -43,8 +45,9 @@ class MongoDemoTarget:
         where BSON differs (Decimal128 -> Decimal) so ``demo.compare`` prints them alike."""
         out = {}
         with self._client() as client:
+            ferretdb = is_ferretdb(client)
             for table in self.tables:
-                ns = namespace(self.target, self.service, SCHEMA, table.name)
+                ns = namespace(self.target, self.service, SCHEMA, table.name, ferretdb)
                 fields = [field_name(c, self.target.escape_names) for c in table.columns]
                 rows = [[_plain(doc.get(f)) for f in fields] for doc in
                         client[ns.database][ns.collection].find({DELETED: {"$exists": False}})]

@@ -157,6 +157,37 @@ def test_hostile_identifiers(conformance: Conformance) -> None:
     assert svc.compare(HOSTILE) == {HOSTILE.name: 2}
 
 
+def test_names_a_target_cannot_hold_are_mapped_by_one_rule(conformance: Conformance) -> None:
+    """A schema name with a space, 64-character table and column names (PostgreSQL holds 63
+    bytes; Kafka topics and FerretDB databases take no space): every kind maps them by the
+    one naming rule (``consumers.naming``), stays ONLINE, and ``trepctl check``, which reads
+    the target by the same rule, finds the table equal to the source."""
+    svc = conformance
+    odd = f"{svc.schema} x"
+    svc.configure(filters={"replicate": [f"{svc.schema}.*", f"{odd}.*"]})
+    svc.start()
+    svc.create(ITEMS)
+    table, long = "t" * 64, "c" * 64
+    name = f"`{odd}`.`{table}`"
+    try:
+        svc.src(f"CREATE DATABASE `{odd}`")
+        svc.src(f"CREATE TABLE {name} (id INT PRIMARY KEY, `{long}` VARCHAR(20), "
+                f"`{long[:-1]}d` INT)")
+        svc.src(f"INSERT INTO {name} VALUES (1, 'a', 1), (2, 'b', 2), (3, NULL, 3)",
+                f"UPDATE {name} SET `{long}` = 'z' WHERE id = 2",
+                f"DELETE FROM {name} WHERE id = 3")
+        _items(svc, 0, 3)
+        svc.wait_source_applied()
+        assert svc.status()["state"] == "ONLINE"
+        checked = _check(svc, f"{odd}.{table}")
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert f"{odd}.{table}" in checked.stdout and " equal" in checked.stdout, \
+            checked.stdout
+        assert svc.compare(ITEMS) == {"items": 3}
+    finally:
+        svc.src(f"DROP DATABASE IF EXISTS `{odd}`")
+
+
 def test_restart_right_after_a_fragmented_transaction(conformance: Conformance) -> None:
     svc = conformance
     svc.configure(fragment_rows=1000)

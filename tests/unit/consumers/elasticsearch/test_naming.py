@@ -9,13 +9,13 @@ import pytest
 from consumers.elasticsearch.naming import (
     MAX_ID_BYTES,
     MAX_INDEX_BYTES,
-    IndexCollision,
     IndexNameError,
-    IndexOwners,
     document_id,
     index_name,
+    index_owners,
     row_id,
 )
+from consumers.naming import NameCollision, UnfitName
 
 T = "{schema}.{table}"
 
@@ -52,16 +52,25 @@ def test_long_names_are_cut_with_a_hash() -> None:
 
 
 def test_a_second_table_on_one_index_is_refused() -> None:
-    owners = IndexOwners()
-    owners.claim("shop.items", "Shop", "Items")
-    owners.claim("shop.items", "Shop", "Items")  # the same table again: fine
-    with pytest.raises(IndexCollision, match=r"Shop\.Items and shop\.items both map to "
-                       r"index shop\.items") as caught:
-        owners.claim(index_name(T, "svc", "shop", "items"), "shop", "items")
-    assert caught.value.owner == ("Shop", "Items")
-    assert caught.value.other == ("shop", "items")
+    owners = index_owners()
+    owners.claim("shop.items", "Shop.Items")
+    owners.claim("shop.items", "Shop.Items")  # the same table again: fine
+    with pytest.raises(NameCollision, match=r"Shop\.Items and shop\.items both map to "
+                       r"index shop\.items.*`indices`") as caught:
+        owners.claim(index_name(T, "svc", "shop", "items"), "shop.items")
+    assert caught.value.owner == "Shop.Items"
+    assert caught.value.other == "shop.items"
     owners.release("shop.items")
-    owners.claim("shop.items", "shop", "items")
+    owners.claim("shop.items", "shop.items")
+
+
+def test_wildcard_overrides_and_strict_names() -> None:
+    overrides = {"s.audit_*": "audit-{table}", "s.audit_x": "x-only"}
+    assert index_name(T, "svc", "s", "audit_log", overrides) == "audit-audit_log"
+    assert index_name(T, "svc", "s", "audit_x", overrides) == "x-only"  # exact key first
+    assert index_name(T, "svc", "s", "items", policy="strict") == "s.items"
+    with pytest.raises(UnfitName, match=r"lower-case.*names: strict"):
+        index_name(T, "svc", "Shop", "items", policy="strict")
 
 
 def test_document_ids() -> None:

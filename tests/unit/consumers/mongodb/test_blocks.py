@@ -23,6 +23,7 @@ from consumers.mongodb.blocks import (
 from consumers.mongodb.config import MongoTarget
 from consumers.mongodb.naming import Namespace
 from consumers.mongodb.server import detect
+from consumers.naming import NameOwners
 from consumers.registry import ApplierContext
 from replicator.config import ServiceSettings
 from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent, ThlValue
@@ -96,6 +97,8 @@ def _applier(**cfg: Any) -> MongoApplier:
     applier = MongoApplier(MongoTarget(url="mongodb://127.0.0.1:1/", **cfg),
                            ApplierContext(ServiceSettings(service="unit"), "g"))
     applier.traits = detect(FERRETDB_BUILD_INFO, FERRETDB_HELLO)  # no server needed
+    # Collection owners kept in memory only (the applier records them in trep_names).
+    applier._layouts.owners = NameOwners("collection", "collection")
     return applier
 
 
@@ -177,8 +180,19 @@ def test_names_the_server_refuses_are_data_errors_naming_where() -> None:
     assert refused.value.seqno == 9 and refused.value.event_id == "e9"
     assert "seqno 9 (event e9), table shop.t, column a.b" in str(refused.value)
     assert "contains '.'" in str(refused.value)
-    with pytest.raises(DataError, match=r"database 'sh\.op' cannot be used on FerretDB"):
-        applier.apply(_event(10, RowChange(RowAction.INSERT, "sh.op", "t", ITEMS, [],
+    # A database name the server refuses is mapped (the naming rule), or refused if strict.
+    applier.apply(_event(10, RowChange(RowAction.INSERT, "sh.op", "t", ITEMS, [],
+                                       [[1, "x"]], [])))
+    assert applier._layouts.namespace("sh.op", "t", _event(10)) == ("sh_op", "t")
+    strict = _applier(names="strict")
+    strict.begin()
+    with pytest.raises(DataError, match=r"table sh\.op\.t: database 'sh\.op': a FerretDB database "
+                       r"name cannot contain '\.' \(names: strict\).* on FerretDB"):
+        strict.apply(_event(10, RowChange(RowAction.INSERT, "sh.op", "t", ITEMS, [],
+                                          [[1, "x"]], [])))
+    with pytest.raises(DataError, match=r"sh\.op\.t and sh_op\.t both map to collection "
+                       r"sh_op\.t"):
+        applier.apply(_event(11, RowChange(RowAction.INSERT, "sh_op", "t", ITEMS, [],
                                            [[1, "x"]], [])))
 
 

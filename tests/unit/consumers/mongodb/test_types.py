@@ -12,8 +12,9 @@ import pytest
 from bson.decimal128 import Decimal128
 
 from consumers.mongodb.naming import (
+    DATABASE,
+    FERRETDB_DATABASE,
     collection_problem,
-    database_problem,
     escape_name,
     field_name,
     refused_field,
@@ -186,12 +187,12 @@ def test_verbatim_names_are_checked_against_the_server() -> None:
     assert refused_field('we"ird', ferretdb=True) is not None
     assert refused_field("tab\tx", ferretdb=True) is not None
     assert refused_field("ünï é", ferretdb=True) is None
-    assert database_problem("src_1", ferretdb=True) is None
-    assert database_problem("shop ü", ferretdb=False) is not None  # the space
-    assert database_problem("shopü", ferretdb=False) is None
-    assert database_problem("shopü", ferretdb=True) is not None
-    assert database_problem("a.b", ferretdb=False) is not None
-    assert database_problem("x" * 64, ferretdb=False) is not None
+    assert DATABASE.problem("src_1") is None and FERRETDB_DATABASE.problem("src_1") is None
+    assert DATABASE.problem("shop ü") is not None  # the space
+    assert DATABASE.problem("shopü") is None
+    assert FERRETDB_DATABASE.problem("shopü") is not None
+    assert DATABASE.problem("a.b") is not None
+    assert DATABASE.problem("x" * 64) is not None
     assert collection_problem("db", "sel`ect %22tbl%22 ü") is None
     assert collection_problem("db", "a$b") is not None
     assert collection_problem("db", "system.users") is not None

@@ -19,7 +19,6 @@ from consumers.sql.ddl import (
     new_table,
     widen_column,
 )
-from consumers.sql.types import UnmappedType
 from thl_topics.event import ColumnSpec
 
 PG = postgresql.dialect()  # type: ignore[no-untyped-call]
@@ -77,11 +76,14 @@ def test_a_table_without_a_key_gets_none() -> None:
     assert "PRIMARY KEY" not in create and "NOT NULL" not in create
 
 
-def test_names_the_target_would_shorten_are_refused() -> None:
-    with pytest.raises(UnmappedType, match="is 64 bytes: postgresql identifiers hold 63"):
-        new_table("s", "t" * 64, [ColumnSpec(1, "a", "INT")], PG)
-    with pytest.raises(UnmappedType, match="column name"):
-        new_table("s", "t", [ColumnSpec(1, "é" * 32, "INT")], PG)
+def test_columns_take_their_target_names() -> None:
+    long = "c" * 64
+    table = new_table("s", "t", [ColumnSpec(1, long, "INT", primary_key=True)], PG,
+                      {long: "c" * 54 + "_12345678"})
+    create = ddl_text(create_statements(table, PG), PG)[1]
+    assert '"' not in create.split("(", 1)[1].split()[0]  # an unquoted plain identifier
+    assert "c" * 54 + "_12345678 INTEGER NOT NULL" in create
+    assert "PRIMARY KEY (" + "c" * 54 + "_12345678)" in create
 
 
 def test_add_and_widen_columns() -> None:
