@@ -152,6 +152,17 @@ class Applier(Protocol):
 
 
 @runtime_checkable
+class Truncates(Protocol):
+    """An applier that empties a table where the source ran ``TRUNCATE`` (issue 28): every
+    kind whose target does not replay the statement itself."""
+
+    def truncate(self, schema: str, table: str, event: ThlEvent) -> None:
+        """Remove every row of the source table ``schema.table`` from the target, in the
+        open block (a block of its own: everything before it is committed). Replaying it
+        is harmless; a table the target never had is left alone."""
+
+
+@runtime_checkable
 class WarmsUp(Protocol):
     """An applier whose start costs a standby process can pay ahead of a takeover."""
 

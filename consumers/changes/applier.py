@@ -49,7 +49,7 @@ from consumers.position import Position
 from consumers.registry import ApplierContext
 from consumers.zero_dates import ZeroDateTally, count_zero_dates
 from replicator import crashpoints
-from thl_topics.event import RowChange, ThlEvent, ThlValue
+from thl_topics.event import ColumnSpec, RowChange, ThlEvent, ThlValue
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +173,24 @@ class ChangesApplier:
         for item in event.data:
             if isinstance(item, RowChange):
                 count_zero_dates(self._zeros, f"{item.schema}.{item.table}", item)
+
+    def truncate(self, schema: str, table: str, event: ThlEvent) -> None:
+        """Readers of the table's topic forget its rows at this seqno
+        (``RecordWriter.truncate``)."""
+        if not self._txn.is_open:
+            raise RuntimeError("no open block: begin() first")
+        topic = self.names.topic(schema, table, event.seqno)
+        registry = self.cfg.schema_registry.url if self.cfg.schema_registry else None
+
+        def live(specs: list[ColumnSpec]) -> list[list[ThlValue]]:
+            every = CheckRange("truncate", schema, table, 0, 0,
+                               [s.name for s in specs if s.primary_key], None, None, specs,
+                               0, "", "")
+            return list(readback.read_range(self.kafka, registry, topic, every,
+                                            self.cfg.transaction_timeout_s, self.target))
+
+        self._records.truncate(event, schema, table, live)
+        self._txn.poll()
 
     def heartbeat(self, beat: Heartbeat) -> None:
         # Kept with the position record of this block: where the group's lag is read.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +47,7 @@ class _Table:
     key: Writer | None
     value: Writer
     keyed: bool
+    specs: tuple[ColumnSpec, ...]
 
 
 def _layout(schema: str, table: str, specs: Sequence[ColumnSpec]) -> tuple[Any, ...]:
@@ -76,8 +77,8 @@ class RecordWriter:
         self._total = 0
         self._per_table: dict[tuple[str, str], int] = {}
 
-    def add(self, event: ThlEvent) -> None:
-        """The records of one event's row changes, produced into the open transaction."""
+    def _origin(self, event: ThlEvent) -> Origin:
+        """Where the records of a fragment come from (a new transaction at fragment 0)."""
         if event.fragno == 0:
             self._txn_id = event.metadata.get("gtid") or event.event_id
             self._total = 0
@@ -87,10 +88,38 @@ class RecordWriter:
             server_id = int(event.metadata.get("mysql_server_id", "0"))
         except ValueError:
             server_id = 0
-        origin = Origin(seqno=event.seqno, epoch=event.epoch, event_id=event.event_id,
-                        source_id=event.source_id, tstamp=event.tstamp, server_id=server_id,
-                        gtid=event.metadata.get("gtid"), file=file, pos=pos, thread=thread,
-                        txn_id=self._txn_id)
+        return Origin(seqno=event.seqno, epoch=event.epoch, event_id=event.event_id,
+                      source_id=event.source_id, tstamp=event.tstamp, server_id=server_id,
+                      gtid=event.metadata.get("gtid"), file=file, pos=pos, thread=thread,
+                      txn_id=self._txn_id)
+
+    def truncate(self, event: ThlEvent, schema: str, table: str,
+                 live_rows: Callable[[list[ColumnSpec]], list[list[ThlValue]]]) -> None:
+        """A TRUNCATE at the source: a keyless table's topic gets a truncate record in every
+        partition; a keyed one a delete (and tombstone) for every key its readers hold
+        (``live_rows`` reads them back), so compaction drops them too."""
+        origin, now_us = self._origin(event), time.time_ns() // 1000
+        known = [t for layout, t in self._tables.items() if layout[:2] == (schema, table)]
+        if not known:
+            log.warning("%s: %s.%s was truncated at the source (seqno %d) and no layout of its "
+                        "topic is known to this process: no record was sent, its readers "
+                        "keep its rows", self.target, schema, table, event.seqno)
+            return
+        found = known[-1]
+        self._ensure(found.shape.topic, found.keyed, event.seqno)
+        if not found.keyed:
+            self._truncate(found, origin, now_us)
+            return
+        rows = live_rows(list(found.specs))
+        if rows:
+            self._rows(RowChange(RowAction.DELETE, schema, table, [], list(found.specs), [],
+                                 rows), origin, now_us)
+        log.info("%s: %s truncated at seqno %d: a delete for each of its %d key(s)",
+                 self.target, found.shape.topic, event.seqno, len(rows))
+
+    def add(self, event: ThlEvent) -> None:
+        """The records of one event's row changes, produced into the open transaction."""
+        origin = self._origin(event)
         now_us = time.time_ns() // 1000
         # A provisioned chunk's rows are reads of existing rows: Debezium's snapshot op.
         chunk = chunk_of(event)
@@ -133,8 +162,9 @@ class RecordWriter:
         for partition in partitions:
             self.txn.produce(shape.topic, None, value, headers, origin.seqno, partition)
         self._total += 1
-        log.info("%s: %s provisioned again: truncate record in %d partition(s) at seqno %d",
-                 self.target, shape.topic, len(partitions), origin.seqno)
+        log.info("%s: %s emptied (provisioned again, or truncated): truncate record in %d "
+                 "partition(s) at seqno %d", self.target, shape.topic, len(partitions),
+                 origin.seqno)
 
     def _table(self, change: RowChange, specs: Sequence[ColumnSpec], seqno: int) -> _Table:
         layout = _layout(change.schema, change.table, specs)
@@ -151,7 +181,7 @@ class RecordWriter:
                             "source or use format: json", seqno=seqno) from exc
         key, value = self.serde.writers(shape, seqno)
         self._ensure(topic, bool(shape.key), seqno)
-        found = _Table(shape, key, value, bool(shape.key))
+        found = _Table(shape, key, value, bool(shape.key), tuple(specs))
         self._tables[layout] = found
         return found
 

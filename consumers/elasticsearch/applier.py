@@ -74,6 +74,7 @@ from consumers.elasticsearch.naming import (
     index_owners,
 )
 from consumers.elasticsearch.positions import Expected, TrackingIndex
+from consumers.elasticsearch.truncation import empty_index
 from consumers.elasticsearch.types import APPLIED_FRAGNO, APPLIED_SEQNO, DELETED, ROWS, dumps
 from consumers.errors import DataError, TransientError
 from consumers.heartbeat import Heartbeat
@@ -174,6 +175,29 @@ class ElasticsearchApplier:
             # far. Only between fragments, so a table without a key never sees a fragment
             # half applied.
             self._flush()
+
+    def truncate(self, schema: str, table: str, event: ThlEvent) -> None:
+        """Every document of the table's index goes at this seqno (``truncation``)."""
+        self._flush()
+        found = self._tables.get((schema, table))
+        if found is None:
+            alias = self._alias(schema, table, event.seqno)
+            index = alias + TOMBSTONE_SUFFIX if self.tombstones else alias
+            try:
+                if not self.es.indices.exists(index=index):
+                    return  # never made here: nothing to empty
+            except (ApiError, TransportError) as exc:
+                raise request_error(exc, self.target, f"reading index {index}",
+                                    seqno=event.seqno) from exc
+            found = self._tables[(schema, table)] = self._open_table(schema, table, [],
+                                                                     event.seqno)
+        try:
+            done = empty_index(self.es, self._bulk, found, event.seqno, self.tombstones)
+        except (ApiError, TransportError) as exc:
+            raise request_error(exc, self.target, f"emptying index {found.index} (TRUNCATE "
+                                "at the source)", seqno=event.seqno) from exc
+        log.info("%s: index %s emptied at seqno %d (TRUNCATE at the source): %d document(s)",
+                 self.target, found.index, event.seqno, done)
 
     def heartbeat(self, beat: Heartbeat) -> None:
         """A ``heartbeat`` document in the tracking index, sent with the block's data."""

@@ -52,6 +52,8 @@ class MemoryApplier:
         self._random = random.Random(cfg.seed)  # noqa: S311 - faults, not secrets
         self._open: list[ThlEvent] | None = None
         self._beats: list[Heartbeat] = []
+        #: Tables a TRUNCATE of the open block empties (after its events, at commit).
+        self._truncates: list[tuple[str, str]] = []
         self._expected: int | None = None
         self.connected = False
 
@@ -64,7 +66,7 @@ class MemoryApplier:
         return pos
 
     def begin(self) -> None:
-        self._open, self._beats = [], []
+        self._open, self._beats, self._truncates = [], [], []
 
     def apply(self, event: ThlEvent) -> None:
         if self._open is None:
@@ -76,6 +78,9 @@ class MemoryApplier:
 
     def heartbeat(self, beat: Heartbeat) -> None:
         self._beats.append(beat)
+
+    def truncate(self, schema: str, table: str, event: ThlEvent) -> None:
+        self._truncates.append((schema, table))
 
     def commit(self, position: Position) -> None:
         events, self._open = self._open, None
@@ -98,6 +103,9 @@ class MemoryApplier:
                                         seqno=event.seqno) from exc
             if event.last_frag:
                 self.store.applied[event.seqno] = self.store.applied.get(event.seqno, 0) + 1
+        for name in self._truncates:
+            self.store.tables.pop(name, None)
+            self.store.keyless.pop(name, None)
         for beat in self._beats:
             self.store.heartbeats[beat.id] = beat
         self.store.blocks.append([(e.seqno, e.fragno) for e in events])

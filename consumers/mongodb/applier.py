@@ -73,7 +73,7 @@ from consumers.mongodb.server import (
     use_decimal128,
     use_transactions,
 )
-from consumers.mongodb.types import TypeOptions
+from consumers.mongodb.types import ID, OP, TypeOptions
 from consumers.mongodb.writes import DocumentWriter
 from consumers.naming import NameOwners
 from consumers.position import Position
@@ -238,6 +238,20 @@ class MongoApplier:
 
     def heartbeat(self, beat: Heartbeat) -> None:
         self._beats.append(beat)
+
+    def truncate(self, schema: str, table: str, event: ThlEvent) -> None:
+        """The collection is emptied at this seqno like a provisioning clear
+        (``blocks.Clear``: every older live document becomes a tombstone, replay-safe)."""
+        ns = self._layouts.namespace(schema, table, event)
+        coll = self.client[ns.database][ns.collection]
+        # A keyless table's documents carry ``_op``; its tombstones must carry the mark.
+        found: list[bool] = []
+        self._mapped(lambda: found.append(coll.find_one({OP: {"$exists": True}}, {ID: 1})
+                                          is not None), f"reading {ns}", event.seqno)
+        self._writes.drop(ns)
+        self._keyless.pop(ns, None)
+        self._clears[ns] = Clear(event.seqno, event.event_id, f"{schema}.{table}",
+                                 keyless=found[0])
 
     def pending(self) -> tuple[dict[Namespace, list[Write]], dict[Namespace, list[KeylessOp]]]:
         """What the open block will write: collapsed writes, and keyless changes in order."""

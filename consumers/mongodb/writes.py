@@ -282,8 +282,8 @@ class DocumentWriter:
             clear.seqno, 0, clear.event_id, clear.table, key,
             row_document(key, clear.seqno, [("database", ns.database),
                                             ("collection", ns.collection)]))], session)
-        log.info("%s: %s emptied for provisioning at seqno %d (%d document(s))", self.ctx.target,
-                 ns, clear.seqno, len(ids))
+        log.info("%s: %s emptied at seqno %d (a provisioning chunk or a TRUNCATE): %d "
+                 "document(s)", self.ctx.target, ns, clear.seqno, len(ids))
 
     def _read_mark(self, ns: Namespace, session: ClientSession | None) -> tuple[int, int]:
         coll = self.ctx.client[ns.database][ns.collection]

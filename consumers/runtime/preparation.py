@@ -1,5 +1,6 @@
 """Each fragment as the group's target gets it: the group's filters run, heartbeat rows
-become ``Heartbeat`` records, statements follow the applier's policy, keyless tables are
+become ``Heartbeat`` records, statements follow the applier's policy (a ``TRUNCATE`` on a
+target that does not replay statements empties the table: ``Truncates``), keyless tables are
 refused where the applier cannot address their rows, and a check event is checked rather
 than applied (``checks``).
 
@@ -8,9 +9,11 @@ Both the single stream and every channel apply fragments through ``Preparation.a
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
+from typing import cast
 
-from consumers.applier import Applier, StatementPolicy
+from consumers.applier import Applier, StatementPolicy, Truncates
 from consumers.check import check_of
 from consumers.errors import ConsumerError, DataError
 from consumers.heartbeat import HEARTBEAT_TABLE, Heartbeat, heartbeats
@@ -20,6 +23,9 @@ from replicator.filters import FilterChain, FilterError, ReplicateFilter
 from replicator.sql_names import is_transactional
 from thl_topics.event import DataItem, RowChange, Statement, ThlEvent
 from thl_topics.records import META_CHECK
+from thl_topics.schema_change import ChangeKind
+
+log = logging.getLogger(__name__)
 
 
 class Preparation:
@@ -39,6 +45,9 @@ class Preparation:
         self.capabilities = applier.capabilities
         self.checks = checks
         self.pending = pending
+        #: The target does not replay statements, so it empties truncated tables itself.
+        self.truncating = self.capabilities.statements is not StatementPolicy.APPLY \
+            and isinstance(applier, Truncates)
 
     def start_session(self) -> None:
         """Before a session streams: what it must know afresh."""
@@ -54,8 +63,17 @@ class Preparation:
             return
         try:
             prepared, beats = self.prepare(event)
+            truncated = self.truncates(event) if self.truncating else []
+            if not self.truncating and \
+                    self.capabilities.statements is not StatementPolicy.APPLY:
+                for schema, table in self.truncates(event):
+                    log.warning("%s: %s.%s was truncated at the source (seqno %d); this "
+                                "target kind does not empty tables yet, so its rows stay",
+                                self.applier.target, schema, table, event.seqno)
             if prepared.data:
                 applier.apply(prepared)
+            for schema, table in truncated:
+                cast(Truncates, applier).truncate(schema, table, event)
             for beat in beats:
                 applier.heartbeat(beat)
         except ConsumerError as exc:
@@ -98,6 +116,13 @@ class Preparation:
             event = self.pending.mark(event)
         return event, beats
 
+    def truncates(self, event: ThlEvent) -> list[tuple[str, str]]:
+        """The tables the event's statements truncate that this group keeps (the statement
+        itself is left out like any other where the target does not replay statements)."""
+        return [(c.schema, c.table) for item in event.data if isinstance(item, Statement)
+                for c in item.schema_changes or ()
+                if c.kind is ChangeKind.TRUNCATE and self.filter.keeps(c.schema, c.table)]
+
     def _admits(self, item: DataItem, event: ThlEvent) -> bool:
         """Whether the applier gets ``item`` (DataError where it declared it cannot take it)."""
         if isinstance(item, RowChange):
@@ -113,6 +138,9 @@ class Preparation:
         policy = self.capabilities.statements
         if policy is StatementPolicy.APPLY:
             return True
+        if self.truncating and item.schema_changes and all(
+                c.kind is ChangeKind.TRUNCATE for c in item.schema_changes):
+            return False  # carried out by ``truncate``
         if policy is StatementPolicy.ERROR:
             raise DataError(
                 f"seqno {event.seqno} holds a statement event, which {self.applier.target} "
@@ -125,6 +153,8 @@ class Preparation:
         """A statement the target commits by itself (DDL) is applied in a block of its own,
         and so is a check: it must see every earlier seqno committed."""
         if META_CHECK in event.metadata:
+            return True
+        if self.truncating and self.truncates(event):
             return True
         return self.capabilities.statements is StatementPolicy.APPLY and any(
             isinstance(item, Statement) and not is_transactional(item.sql)

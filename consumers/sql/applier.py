@@ -223,6 +223,22 @@ class SqlApplier:
         if event.last_frag:
             self._seqnos.append(event.seqno)
 
+    def truncate(self, schema: str, table: str, event: ThlEvent) -> None:
+        """Every row of the table goes, in the block's transaction (a DELETE: PostgreSQL's
+        and Oracle's TRUNCATE would not wait for the block's commit on Oracle, and takes
+        a lock that readers of the table would queue behind)."""
+        self._batches.flush()
+        target = self._tables.lookup(schema, table, [])
+        if target is None:
+            return  # never made here: nothing to empty
+        try:
+            done = self._db.execute(sa.delete(target.table))
+        except sa_exc.DBAPIError as exc:
+            raise self._classify(exc, f"emptying {target.qualified} (TRUNCATE at the source)",
+                                 event.seqno) from exc
+        log.info("%s: %s emptied at seqno %d (TRUNCATE at the source): %d row(s)",
+                 self.target, target.qualified, event.seqno, done.rowcount)
+
     def heartbeat(self, beat: Heartbeat) -> None:
         """Upsert the heartbeat row with this target's arrival time and lag."""
         self._batches.flush()

@@ -94,6 +94,8 @@ class WarehouseApplier:
         self._stager = self._new_stager()
         self._written: list[Segment] = []
         self._beats: list[Heartbeat] = []
+        #: Tables a TRUNCATE of the open block empties: (schema, table, seqno).
+        self._truncates: list[tuple[str, str, int]] = []
         self._generation = 0
         #: The stored seqno this applier last read or wrote (compare-and-set).
         self._expected: int | None = None
@@ -210,6 +212,7 @@ class WarehouseApplier:
         self._stager = self._new_stager()
         self._written = []
         self._beats = []
+        self._truncates = []
 
     def apply(self, event: ThlEvent) -> None:
         try:
@@ -225,6 +228,11 @@ class WarehouseApplier:
 
     def heartbeat(self, beat: Heartbeat) -> None:
         self._beats.append(beat)
+
+    def truncate(self, schema: str, table: str, event: ThlEvent) -> None:
+        """The Delta table is emptied when the block commits (a block of its own: no rows
+        are staged before it), as one DELETE commit (``DeltaWriter.empty``)."""
+        self._truncates.append((schema, table, event.seqno))
 
     def _write_staged(self) -> None:
         for seg in self._stager.segments:
@@ -244,7 +252,12 @@ class WarehouseApplier:
             segments = self._written
             if self.cfg.mode == "stage-only":
                 self.tracking.record_staged(segments, self._generation, self.app_id())
+                for schema, table, seqno in self._truncates:
+                    log.warning("%s: TRUNCATE of %s.%s at seqno %d is not staged (mode "
+                                "stage-only): the job that merges the staging files must "
+                                "empty the table", self.target, schema, table, seqno)
             else:
+                self._empty_truncated(position)
                 self._materialize(segments, position)
             if self._beats:
                 self.tracking.heartbeats(self._beats)
@@ -273,6 +286,18 @@ class WarehouseApplier:
         self._beats = []
         self._zeros.commit(position.seqno)
         self._catch_up.committed(position.seqno, rows)
+
+    def _empty_truncated(self, position: Position) -> None:
+        for schema, table, seqno in self._truncates:
+            ref = self.writer.resolve(schema, table)
+            metadata = {"tungsten": {
+                "service": self.service, "group": self.group, "generation": self._generation,
+                "table": f"{schema}.{table}", "low": seqno, "high": seqno, "rows": 0,
+                "truncate": True, "block_high": position.seqno}}
+            if self.writer.empty(ref, self.app_id(), seqno, metadata):
+                log.info("%s: %s emptied at seqno %d (TRUNCATE at the source)", self.target,
+                         ref, seqno)
+        self._truncates = []
 
     def _materialize(self, segments: list[Segment], position: Position) -> None:
         writer = self.writer
@@ -335,6 +360,7 @@ class WarehouseApplier:
         self._stager = self._new_stager()
         self._written = []
         self._beats = []
+        self._truncates = []
         self._zeros.rollback()
         if self._writer is not None:
             self._writer.forget()

@@ -269,6 +269,20 @@ class DeltaWriter:
             self.spark.catalog.dropTempView(view)
         return bool(done)
 
+    def empty(self, ref: TableRef, app_id: str, version: int,
+              metadata: dict[str, Any]) -> bool:
+        """Delete every row of a Delta table (a TRUNCATE at the source, at seqno
+        ``version``) as one commit with the group's transaction id, so a replay of the
+        block skips it; False when there is no table or Delta skipped it."""
+        if self.schema(ref) is None:
+            return False
+        try:
+            self._txn(app_id, version, metadata)
+            done = self.spark.sql(f"DELETE FROM {ref.sql}").collect()
+        finally:
+            self._txn(None, None, None)
+        return bool(done)
+
     def _txn(self, app_id: str | None, version: int | None,
              metadata: dict[str, Any] | None) -> None:
         conf = self.spark.conf

@@ -6,7 +6,8 @@ already running is reused and left running; one this run started is stopped at i
 the process that owns the run (``tests/conftest.py``). A server that cannot start fails the
 test with the stack's one-line error: integration tests never skip.
 
-Tests marked ``exclusive`` take a shared server down and run alone (``sharing.gate``).
+Tests marked ``exclusive`` take a shared server down and run alone, or beside the tests that
+do not use that server (``sharing.gate``).
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ def _serve(name: str) -> Service:
     if name in _failed:
         pytest.fail(_failed[name], pytrace=False)
     svc = services.get(name)
-    # Not while an exclusive test has a server down: it would be started behind its back.
-    with sharing.gate(exclusive=False), sharing.starting():
+    # Not while an exclusive test has it down: it would be started behind that test's back.
+    with sharing.gate(exclusive=False, uses=frozenset({name.replace("-", "_")})), \
+            sharing.starting():
         try:
             svc.start()
         except StackError as exc:
@@ -55,7 +57,13 @@ def _serve(name: str) -> Service:
 
 @pytest.fixture(autouse=True)
 def _gate(request: pytest.FixtureRequest) -> Iterator[None]:
-    with sharing.gate(exclusive=request.node.get_closest_marker("exclusive") is not None):
+    marker = request.node.get_closest_marker("exclusive")
+    uses = {name for name in request.fixturenames if name in sharing.SERVERS}
+    for used in request.node.iter_markers("uses"):
+        uses.update(used.args)
+    with sharing.gate(exclusive=marker is not None,
+                      takes=frozenset(marker.args) if marker is not None else frozenset(),
+                      uses=frozenset(uses)):
         yield
 
 

@@ -6,10 +6,14 @@ keep them out of each other's way:
 
 - a server is started under a file lock (two workers never launch the same one) and is
   stopped only by the process that owns the whole run (see ``conftest.py``);
-- a test that takes a shared server down (Kafka, ZooKeeper, the source, a target) is marked
-  ``exclusive``: it waits until no other test runs and no other test starts until it ends.
-  Every other integration test holds the gate shared. Waiting exclusive tests go first, so
-  a steady stream of shared tests cannot starve them.
+- a test that takes a shared server down is marked ``exclusive``. One that takes down a
+  server every test needs (``exclusive()`` with no names, or naming ZooKeeper, Kafka or the
+  source) waits until no other test runs, and no other test starts until it ends. One that
+  takes down a target (``exclusive("elasticsearch")``, by server fixture name) waits only
+  for the tests that use that server, and keeps them waiting until it ends: the rest of the
+  suite runs beside it. A test uses the servers its fixtures reach (and those a ``uses``
+  marker names, for fixtures that ask for servers at run time). Waiting exclusive tests go
+  first, so a steady stream of shared tests cannot starve them.
 """
 
 from __future__ import annotations
@@ -46,13 +50,20 @@ def starting() -> contextlib.AbstractContextManager[None]:
     return _flock("start.lock", fcntl.LOCK_EX)
 
 
-def _pending() -> Path:
-    return _DIR / f"exclusive-waiting.{os.getpid()}"
+#: Servers every test needs: taking one down stops the whole suite.
+CORE = frozenset({"zookeeper", "kafka", "kafka_sasl", "mariadb_source"})
+#: Server fixtures with a gate of their own (a test taking one down waits for its users).
+SERVERS = frozenset({"mariadb_target", "postgresql", "elasticsearch", "ferretdb", "spark",
+                     "apicurio", "spark_standalone"})
 
 
-def _someone_waits() -> bool:
-    """An exclusive test of a live process waits for the gate."""
-    for marker in _DIR.glob("exclusive-waiting.*"):
+def _pending(lock: str = "gate") -> Path:
+    return _DIR / f"exclusive-waiting.{lock}.{os.getpid()}"
+
+
+def _someone_waits(lock: str = "gate") -> bool:
+    """An exclusive test of a live process waits for ``lock``."""
+    for marker in _DIR.glob(f"exclusive-waiting.{lock}.*"):
         pid = int(marker.suffix[1:])
         try:
             os.kill(pid, 0)
@@ -72,34 +83,43 @@ _held = False
 
 
 @contextlib.contextmanager
-def gate(exclusive: bool) -> Iterator[None]:
-    """Hold the test gate for one test: alone if ``exclusive``, else beside other tests."""
+def gate(exclusive: bool, takes: frozenset[str] = frozenset(),
+         uses: frozenset[str] = frozenset()) -> Iterator[None]:
+    """Hold the gates of one test: ``exclusive`` of every test if it takes down no named
+    server or a core one, else of the users of the servers it ``takes`` down; shared of
+    the servers it ``uses``."""
     global _held
     if _held:
         yield
         return
     _held = True
     try:
-        with _gate(exclusive):
+        alone = exclusive and (not takes or bool(takes & CORE))
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_gate("gate", alone))
+            if not alone:
+                # One order for every process: two tests never wait for each other.
+                for server in sorted((takes if exclusive else frozenset()) | uses):
+                    stack.enter_context(_gate(server, exclusive and server in takes))
             yield
     finally:
         _held = False
 
 
 @contextlib.contextmanager
-def _gate(exclusive: bool) -> Iterator[None]:
+def _gate(lock: str, exclusive: bool) -> Iterator[None]:
     if exclusive:
         _DIR.mkdir(parents=True, exist_ok=True)
-        marker = _pending()
+        marker = _pending(lock)
         marker.touch()
         try:
-            with _flock("gate.lock", fcntl.LOCK_EX):
+            with _flock(f"{lock}.lock", fcntl.LOCK_EX):
                 marker.unlink(missing_ok=True)
                 yield
         finally:
             marker.unlink(missing_ok=True)
         return
-    while _someone_waits():
+    while _someone_waits(lock):
         time.sleep(0.2)
-    with _flock("gate.lock", fcntl.LOCK_SH):
+    with _flock(f"{lock}.lock", fcntl.LOCK_SH):
         yield

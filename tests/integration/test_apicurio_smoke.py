@@ -49,7 +49,7 @@ def test_register_evolve_refuse_and_round_trip(apicurio: Apicurio) -> None:
     assert AvroDeserializer(client)(data, ctx) == {"id": 7, "name": "ü😀", "extra": 2**40}
 
 
-@pytest.mark.exclusive  # takes a shared server down
+@pytest.mark.exclusive("apicurio")  # restarts the registry
 def test_schemas_survive_a_restart(apicurio: Apicurio) -> None:
     client = SchemaRegistryClient({"url": apicurio.ccompat_url})
     subject = f"persist-{uuid.uuid4().hex[:8]}-value"

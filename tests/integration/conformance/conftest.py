@@ -201,13 +201,23 @@ def _diff(name: str, src: list[Any], tgt: list[Any]) -> str:
     return f"{name}: equal?"
 
 
+#: The test that takes the kind's server down (``Kind.down``) for thirty seconds.
+TARGET_DOWN = "test_target_down_for_thirty_seconds_under_load"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect the tests a kind does not run (``kinds.ONLY``)."""
+    """Deselect the tests a kind does not run (``kinds.ONLY``); mark the servers each kind
+    uses, and what its target-down test takes down (``sharing.gate``)."""
     dropped = []
     for item in items:
         callspec = getattr(item, "callspec", None)
         kind = callspec.params.get("kind") if callspec is not None else None
         name = getattr(item, "originalname", item.name)
+        if kind is not None:
+            cls = kind_class(kind)
+            item.add_marker(pytest.mark.uses(*cls.servers))
+            if name == TARGET_DOWN and cls.down is not None:
+                item.add_marker(pytest.mark.exclusive(cls.down))
         if kind in ONLY and Path(str(item.fspath)).parent == Path(__file__).parent \
                 and name not in ONLY[kind]:
             dropped.append(item)

@@ -11,8 +11,6 @@ import subprocess
 import time
 from decimal import Decimal
 
-import pytest
-
 from replicator.crashpoints import EXIT_STATUS
 from thl_topics.reader import ThlReader
 from thl_topics.values import incomplete_date
@@ -188,6 +186,29 @@ def test_names_a_target_cannot_hold_are_mapped_by_one_rule(conformance: Conforma
         svc.src(f"DROP DATABASE IF EXISTS `{odd}`")
 
 
+def test_truncate_empties_the_table_and_a_restart_right_after_it_changes_nothing(
+        conformance: Conformance) -> None:
+    """TRUNCATE between writes: the table's rows go at that seqno on every kind (the
+    MariaDB target replays the statement; the others empty the table themselves; change
+    topics get a delete for every key), the rows written after it arrive, and a restart
+    right after the truncate changes nothing."""
+    svc = conformance
+    svc.start()
+    svc.create(ITEMS, COMPOSITE)
+    _items(svc, 0, 5)
+    _workload(svc, rounds=1, first=3)
+    before = svc.wait_source_applied()
+    composite = svc.compare(COMPOSITE)["composite"]
+    svc.src(f"TRUNCATE TABLE {svc.schema}.items")
+    svc.wait_applied(before + 1)
+    svc.stop()
+    svc.start()
+    assert svc.wait_state("ONLINE")["appliedLastSeqno"] == before + 1
+    _items(svc, 100, 3)
+    svc.wait_source_applied()
+    assert svc.compare(ITEMS, COMPOSITE) == {"items": 3, "composite": composite}
+
+
 def test_restart_right_after_a_fragmented_transaction(conformance: Conformance) -> None:
     svc = conformance
     svc.configure(fragment_rows=1000)
@@ -320,7 +341,7 @@ def test_skip_seqno_moves_past_a_transaction(conformance: Conformance) -> None:
     assert ids == [2]
 
 
-@pytest.mark.exclusive  # takes a shared server down
+# Exclusive of the tests that use the kind's server (conftest: ``Kind.down``).
 def test_target_down_for_thirty_seconds_under_load(conformance: Conformance) -> None:
     svc = conformance
     svc.start()

@@ -17,7 +17,7 @@ from trep.thl import cli
 from .conftest import ServiceUnderTest, wait_leading
 
 
-@pytest.mark.exclusive  # takes a shared server down
+@pytest.mark.exclusive  # purges the source's binary logs under every other test
 def test_resume_position_purged_from_the_binlog(
         make_service: Callable[..., ServiceUnderTest]) -> None:
     svc = make_service()

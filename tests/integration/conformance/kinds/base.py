@@ -20,6 +20,10 @@ class Kind(abc.ABC):
     name: str
     #: Session fixtures of the stack servers this kind needs (started once per session).
     servers: tuple[str, ...] = ()
+    #: The server fixture ``server()`` takes down in the target-down test (its test then
+    #: waits for, and holds off, the tests that use it; a core server holds off every test);
+    #: None: its outage touches no other test.
+    down: str | None = None
     #: Tables without a primary key are applied (else refused with a clear error).
     keyless: bool = True
     #: Every write is guarded by the seqno: replaying applied seqnos is a no-op.

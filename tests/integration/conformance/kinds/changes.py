@@ -63,6 +63,7 @@ def _comparable(column: str, value: Any) -> Any:
 class ChangesKind(Kind):
     name = "changes"
     servers: tuple[str, ...] = ("kafka", "apicurio")
+    down: str | None = "apicurio"
     keyless = True
     replay_safe = True
     envelope = "debezium"
@@ -193,6 +194,7 @@ class _RecoveredKafka:
 class ChangesJsonKind(ChangesKind):
     name = "changes_json"
     servers = ("kafka",)
+    down = "kafka"
     envelope = "tungsten"
     format = "json"
 

@@ -49,6 +49,7 @@ class ElasticsearchKind(Kind):
     #: The stack's 512 MiB heap: indexing pressure refuses requests above 51 MiB.
     max_row_bytes = 51 * 1024 * 1024
     servers = ("elasticsearch",)
+    down = "elasticsearch"
     keyless = True
     #: Every write carries the seqno as its external version. (Hard deletes: a replay past
     #: index.gc_deletes or a restart shows deleted rows until it reaches their delete, and

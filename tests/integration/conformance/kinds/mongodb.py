@@ -165,6 +165,7 @@ class MongoDBKind(Kind):
     name = "mongodb"
     max_row_bytes = 16 * 1024 * 1024  # BSON
     servers = ("ferretdb",)
+    down = "ferretdb"
     keyless = True
     replay_safe = True
     #: JSON columns are stored as documents and written back as text: ``1.5e300`` comes

@@ -20,6 +20,7 @@ class MariaDBKind(Kind):
     name = "mariadb"
     zero_dates_kept = True
     servers = ("mariadb_target",)
+    down = "mariadb_target"
 
     @property
     def port(self) -> int:
@@ -78,6 +79,7 @@ class MariaDBKind(Kind):
 class PostgreSQLKind(Kind):
     name = "postgresql"
     servers = ("postgresql",)
+    down = "postgresql"
 
     @property
     def port(self) -> int:

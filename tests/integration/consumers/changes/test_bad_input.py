@@ -84,7 +84,7 @@ def test_a_schema_the_registry_refuses_stops_at_its_seqno_and_a_new_column_evolv
     assert len(_seqnos(svc, "t")) == 2
 
 
-@pytest.mark.exclusive  # takes a shared server down
+@pytest.mark.exclusive("apicurio")  # stops the registry
 def test_a_registry_that_is_down_is_retried_and_nothing_is_published_half(
         make_service: Callable[..., ChangeService]) -> None:
     svc = make_service({"g": {"format": "avro"}})

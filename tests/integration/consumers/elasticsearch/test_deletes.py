@@ -93,7 +93,7 @@ def test_replay_after_the_gc_deletes_window(make_service: Any) -> None:
     _finish(svc, deleted)
 
 
-@pytest.mark.exclusive  # takes a shared server down
+@pytest.mark.exclusive("elasticsearch")  # restarts it
 def test_tombstones_stay_replay_safe_across_an_elasticsearch_restart(
         make_service: Any) -> None:
     svc = make_service({"hard": {"deletes": "hard", **RUNTIME},

@@ -21,6 +21,7 @@ from consumers.runtime import ConsumerRuntime, FeedSettings
 from replicator.control import Desired
 from thl_topics.event import ColumnSpec, RowAction, RowChange, Statement, ThlEvent
 from thl_topics.reader import ThlRecord
+from thl_topics.schema_change import ChangeKind, SchemaChange
 
 TRACKING = "tungsten_t"
 
@@ -310,6 +311,21 @@ def test_statements_follow_the_applier_policy() -> None:
                _rec(1, 1)]
     target, _, _ = _run(records, _at(1))  # the memory applier skips statements
     assert target.rows("db", "t")[0] == {"id": 1, "v": "v1"}
+
+
+def test_a_truncate_empties_the_table_in_a_block_of_its_own() -> None:
+    truncate = Statement("TRUNCATE TABLE db.t", schema_changes=[
+        SchemaChange(ChangeKind.TRUNCATE, "db", "t")])
+    ignored = Statement("TRUNCATE TABLE db.other", schema_changes=[
+        SchemaChange(ChangeKind.TRUNCATE, "db", "other")])
+    records = [_rec(0, 0, data=[_row(1), _row(2, table="other")]), _rec(1, 1),
+               _rec(2, 2, data=[truncate]), _rec(3, 3, data=[ignored]), _rec(4, 4)]
+    target, _, _ = _run(records, _at(4), group=_group(filters={"ignore": ["db.other"]}))
+    assert target.rows("db", "t") == [{"id": 400, "v": "v400"}]
+    assert target.store.tables.get(("db", "other")) is None  # never applied, never emptied
+    # Everything before it committed first; the truncate's block holds no row change.
+    assert target.store.blocks[:2] == [[(0, 0), (1, 0)], []]
+    assert set(target.store.applied.values()) == {1}
 
 
 def test_keyless_tables_are_refused_where_the_applier_cannot_address_rows() -> None:
