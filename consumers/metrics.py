@@ -25,6 +25,7 @@ class _Families:
     changed: Counter
     channel_seqno: Gauge
     channel_events: Counter
+    triggers: Gauge
 
 
 _families: dict[int, _Families] = {}
@@ -58,7 +59,11 @@ def _families_of(registry: CollectorRegistry) -> _Families:
                       (*_LABELS, "channel"), registry=registry),
                 Counter("trep_channel_applied_events",
                         "THL events (seqnos) applied by one channel of a parallel group",
-                        (*_LABELS, "channel"), registry=registry))
+                        (*_LABELS, "channel"), registry=registry),
+                Gauge("trep_target_triggers",
+                      "Triggers found on the target tables this group writes (each fires on "
+                      "every applied row, on top of what the source's row images carry)",
+                      _LABELS, registry=registry))
             _families[id(registry)] = found
         return found
 
@@ -69,6 +74,9 @@ class ConsumerMetrics:
     def __init__(self, registry: CollectorRegistry, service: str, group: str) -> None:
         self._f = _families_of(registry)
         self._values = (service, group)
+        #: Triggers found on target tables: ``schema.table`` -> "name (TIMING EVENT)"s.
+        self._triggers: dict[str, list[str]] = {}
+        self._f.triggers.labels(*self._values).set(0)
 
     @classmethod
     def disabled(cls) -> ConsumerMetrics:
@@ -85,6 +93,24 @@ class ConsumerMetrics:
         """``count`` values of ``kind`` committed changed by a value policy (0: show the
         series before anything changed)."""
         self._f.changed.labels(*self._values, kind).inc(count)
+
+    def target_triggers(self, table: str, found: list[str]) -> None:
+        """The triggers an applier found on a target table (an empty list: none)."""
+        with _lock:
+            if found:
+                self._triggers[table] = list(found)
+            else:
+                self._triggers.pop(table, None)
+            self._f.triggers.labels(*self._values).set(
+                sum(len(t) for t in self._triggers.values()))
+
+    def trigger_notes(self) -> str:
+        """``trepctl status``'s ``targetTriggers``: NONE, or each table's triggers."""
+        with _lock:
+            if not self._triggers:
+                return "NONE"
+            return "; ".join(f"{table}: {', '.join(found)}"
+                             for table, found in sorted(self._triggers.items()))
 
     def rows(self, event: ThlEvent) -> None:
         self._f.rows.labels(*self._values).inc(

@@ -8,9 +8,9 @@ source's value again.
 ===========================  ================================  ============================
 source column                mapping                           value in ``_source``
 ===========================  ================================  ============================
-TINYINT/SMALLINT/MEDIUMINT/  byte, short, integer, long: the   JSON number
-INT/BIGINT, YEAR, BIT(n<64)  smallest that holds the range
-                             (unsigned widens one step)
+TINYINT/SMALLINT/MEDIUMINT/  long (one type, so a column      JSON number
+INT/BIGINT, BIT(n<64)        widened on the source still fits)
+YEAR                         short                             JSON number
 BIGINT UNSIGNED, BIT(64)     ``unsigned_long`` (module          JSON number, all 20 digits
                              x-pack-unsigned-long), else
                              ``double`` (approximate above 2^53)
@@ -95,11 +95,13 @@ def iso(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).isoformat(timespec="microseconds")
 
 
-#: (signed, unsigned) mapping of each integer type.
+#: (signed, unsigned) mapping of each integer type: ``long`` for every one a long holds, so
+#: a column widened on the source (``MODIFY a BIGINT``, was INT) still fits its field, which
+#: Elasticsearch can never change (issue 28). Only BIGINT UNSIGNED needs more.
 _INTEGERS: dict[str, tuple[str, str]] = {
-    "TINYINT": ("byte", "short"), "SMALLINT": ("short", "integer"),
-    "MEDIUMINT": ("integer", "integer"), "INT": ("integer", "long"),
-    "INTEGER": ("integer", "long"), "BIGINT": ("long", "unsigned_long"),
+    "TINYINT": ("long", "long"), "SMALLINT": ("long", "long"),
+    "MEDIUMINT": ("long", "long"), "INT": ("long", "long"),
+    "INTEGER": ("long", "long"), "BIGINT": ("long", "unsigned_long"),
 }
 _BINARY_TYPES = frozenset({"BINARY", "VARBINARY", "BLOB", "TINYBLOB", "MEDIUMBLOB", "LONGBLOB",
                            "GEOMETRY"})

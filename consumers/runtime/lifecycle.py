@@ -110,7 +110,7 @@ class ConsumerRuntime:
         self._channel_book = ChannelBook(name, cfg.channels)
         self._ctl = GroupControl(
             name, cfg.auto_online, control, self.status, self.metrics, self.lead, zk_health,
-            self._channel_book.status if self._parallel else None)
+            self._extra_status)
         pending = (PendingProvisioning(positions.client, request_path_under(positions.base))
                    if isinstance(positions, ServiceNodes) else None)
         prep = Preparation(replicate, chain, feed.tracking_schema, applier,
@@ -119,6 +119,14 @@ class ConsumerRuntime:
                             self.metrics, positions, self._channel_book)
         self._sessions = Sessions(self._group, feed.topic,
                                   lambda: self._feed_factory(self.feed_settings))
+
+    def _extra_status(self) -> dict[str, Any]:
+        """Fields of the published status beyond ``Status``: the channels' (parallel
+        apply) and the triggers found on target tables."""
+        extra: dict[str, Any] = {"targetTriggers": self.metrics.trigger_notes()}
+        if self._parallel:
+            extra.update(self._channel_book.status())
+        return extra
 
     def stop(self) -> None:
         """Stop at the next transaction boundary."""

@@ -20,6 +20,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine.interfaces import ReflectedColumn
 
 from consumers.errors import DataError
+from consumers.metrics import ConsumerMetrics
 from consumers.naming import UnfitName
 from consumers.sql import ddl
 from consumers.sql.config import MYSQL_FAMILY
@@ -41,8 +42,11 @@ class TargetTables:
     """The tables of one target as the applier binds to them, by source schema and table."""
 
     def __init__(self, ctx: TargetContext, create_tables: bool, statements_applied: bool,
-                 run_ddl: RunDdl, names: SqlNames) -> None:
+                 run_ddl: RunDdl, names: SqlNames,
+                 metrics: ConsumerMetrics | None = None) -> None:
         self.ctx = ctx
+        #: Where triggers found on target tables are reported (status and metric).
+        self.metrics = metrics or ConsumerMetrics.disabled()
         self.create_tables = create_tables
         #: Statement events are replayed on this target (its tables come from them).
         self.statements_applied = statements_applied
@@ -117,6 +121,8 @@ class TargetTables:
                 "event_object_table = :t ORDER BY trigger_name"), {"s": schema, "t": table}).all()
         except sa_exc.DBAPIError as exc:
             raise self.ctx.classify(exc, f"reading the triggers of {schema}.{table}") from exc
+        self.metrics.target_triggers(f"{schema}.{table}", [
+            f"{name} ({timing} {event})" for name, timing, event in found])
         for name, timing, event in found:
             log.warning("%s: table %s.%s has trigger %s (%s %s): it fires on every row this "
                         "group applies, on top of what the source's row images carry; drop "

@@ -40,7 +40,7 @@ from consumers.errors import DataError
 from consumers.warehouse.config import WarehouseTarget
 from consumers.warehouse.naming import TableRef, quote_name, table_ref
 from consumers.warehouse.staging import Segment, read_options, staging_schema
-from consumers.warehouse.types import cast_expression, holds, spark_type
+from consumers.warehouse.types import cast_expression, holds, spark_type, widens
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -73,6 +73,8 @@ class Plan:
     create: list[tuple[str, str]] | None = None
     #: Columns to add before the MERGE.
     add: list[tuple[str, str]] = field(default_factory=list)
+    #: Columns widened on the source, to widen before the MERGE (Delta type widening).
+    widen: list[tuple[str, str]] = field(default_factory=list)
     frame: DataFrame | None = None
 
 
@@ -165,6 +167,10 @@ class DeltaWriter:
             existing = found[1]
             if existing == kind:
                 continue
+            if widens(existing, kind):
+                plan.widen.append((found[0], kind))
+                current[name.lower()] = (found[0], kind)
+                continue
             if self.cfg.type_changes == "keep-wider" and holds(existing, kind):
                 plan.types[i] = existing
                 continue
@@ -228,6 +234,25 @@ class DeltaWriter:
                 log.info("%s: added column(s) %s (seqno %d)", plan.ref,
                          ", ".join(n for n, _ in missing), plan.segment.low)
             self._schemas.pop(plan.ref, None)
+        if plan.widen:
+            self._widen(plan)
+
+    def _widen(self, plan: Plan) -> None:
+        """Widen the columns whose source type widened (idempotent: a replay finds them
+        wide already). Type widening is a Delta table feature, turned on for the table
+        the first time (readers need Delta 3.2 or later)."""
+        known = self.schema(plan.ref) or {}
+        todo = [(n, t) for n, t in plan.widen if known.get(n.lower(), (n, t))[1] != t]
+        if not todo:
+            return
+        self.spark.sql(f"ALTER TABLE {plan.ref.sql} SET TBLPROPERTIES "
+                       "('delta.enableTypeWidening' = 'true')")
+        for name, kind in todo:
+            self.spark.sql(f"ALTER TABLE {plan.ref.sql} ALTER COLUMN {quote_name(name)} "
+                           f"TYPE {kind.upper()}")
+        log.info("%s: widened column(s) %s (seqno %d)", plan.ref,
+                 ", ".join(f"{n} to {t}" for n, t in todo), plan.segment.low)
+        self._schemas.pop(plan.ref, None)
 
     def merge(self, plan: Plan, app_id: str, metadata: dict[str, Any]) -> bool:
         """MERGE one segment; False when Delta skipped it (already committed)."""

@@ -143,6 +143,23 @@ def holds(existing: str, incoming: str) -> bool:
     return s <= scale and p - s <= precision - scale
 
 
+def widens(existing: str, incoming: str) -> bool:
+    """True when Delta's type widening (a Delta 4.0 table feature) can change a column of
+    type ``existing`` to ``incoming``, which holds every value it held: a wider integer,
+    FLOAT to DOUBLE, a small integer to DOUBLE or DECIMAL, a wider DECIMAL, DATE to
+    TIMESTAMP_NTZ."""
+    if existing == incoming or not holds(incoming, existing):
+        return False
+    if existing in _INT_ORDER:
+        return incoming in _INT_ORDER or incoming == "double" \
+            or _DECIMAL.fullmatch(incoming) is not None
+    if existing == "float":
+        return incoming == "double"
+    if existing == "date":
+        return incoming == "timestamp_ntz"
+    return _DECIMAL.fullmatch(existing) is not None and _DECIMAL.fullmatch(incoming) is not None
+
+
 def commit_time_text(tstamp_micros: int) -> str:
     """A THL commit time (microseconds since the epoch, UTC) as staged text."""
     when = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=tstamp_micros)  # noqa: DTZ001

@@ -209,6 +209,29 @@ def test_truncate_empties_the_table_and_a_restart_right_after_it_changes_nothing
     assert svc.compare(ITEMS, COMPOSITE) == {"items": 3, "composite": composite}
 
 
+def test_a_column_widened_on_the_source_takes_its_wider_values(
+        conformance: Conformance) -> None:
+    """``MODIFY qty BIGINT`` (was INT) between writes, then values beyond 2^31: every kind
+    follows (PostgreSQL widens its column, Elasticsearch maps integers as long from the
+    start, the warehouse widens the Delta column, Avro promotes int to long), and a restart
+    right after the change finds nothing to redo."""
+    svc = conformance
+    svc.start()
+    svc.create(ITEMS)
+    _items(svc, 0, 3)
+    before = svc.wait_source_applied()
+    s = svc.schema
+    svc.src(f"ALTER TABLE {s}.items MODIFY qty BIGINT")
+    svc.src(f"INSERT INTO {s}.items VALUES (10, 'wide', 5000000000, 1.25)")
+    svc.wait_applied(before + 2)
+    svc.stop()
+    svc.start()
+    svc.src(f"UPDATE {s}.items SET qty = -5000000000 WHERE id = 1")
+    svc.wait_source_applied()
+    assert svc.status()["state"] == "ONLINE"
+    assert svc.compare(ITEMS) == {"items": 4}
+
+
 def test_restart_right_after_a_fragmented_transaction(conformance: Conformance) -> None:
     svc = conformance
     svc.configure(fragment_rows=1000)

@@ -4,6 +4,7 @@ gets no copy of the trigger (``triggers: skip``) and applies each row once."""
 from __future__ import annotations
 
 import logging
+import urllib.request
 
 import pytest
 
@@ -11,10 +12,10 @@ from .conftest import Replication
 
 
 def test_a_trigger_writing_an_audit_row_is_applied_once(
-        replication: Replication, caplog: pytest.LogCaptureFixture) -> None:
+        replication: Replication, caplog: pytest.LogCaptureFixture, unused_port: int) -> None:
     caplog.set_level(logging.INFO, "consumers.sql.applier")
     rep = replication
-    rep.start()
+    rep.start(metrics_port=unused_port)
     s = rep.schema
     rep.src(f"CREATE TABLE {s}.orders (id INT PRIMARY KEY, total INT) DEFAULT CHARSET=utf8mb4",
             f"CREATE TABLE {s}.audit (id INT AUTO_INCREMENT PRIMARY KEY, order_id INT, "
@@ -43,3 +44,13 @@ def test_a_trigger_writing_an_audit_row_is_applied_once(
                    f"TRIGGER_SCHEMA = '{s}'") == [("target_noop",)]
     assert "trigger statement left out (triggers: skip)" in caplog.text
     assert f"table {s}.orders has trigger target_noop (BEFORE INSERT)" in caplog.text
+    # ... and shows it in trepctl status and a metric, for as long as the process runs.
+    assert rep.status("mariadb")["targetTriggers"] == \
+        f"{s}.orders: target_noop (BEFORE INSERT)"
+    assert rep.status("pg")["targetTriggers"] == "NONE"
+    shown = rep.trepctl("status")
+    assert f"targetTriggers           : {s}.orders: target_noop (BEFORE INSERT)" in shown.stdout
+    with urllib.request.urlopen(f"http://127.0.0.1:{unused_port}/metrics", timeout=10) as resp:
+        metrics = resp.read().decode()
+    assert f'trep_target_triggers{{group="mariadb",service="{rep.name}"}} 1.0' in metrics, \
+        [line for line in metrics.splitlines() if "triggers" in line]

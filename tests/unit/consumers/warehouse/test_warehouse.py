@@ -17,6 +17,7 @@ from consumers.warehouse.types import (
     holds,
     spark_type,
     staged_text,
+    widens,
 )
 from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent, ThlValue
 from thl_topics.records import META_PROVISION
@@ -127,6 +128,18 @@ def test_a_value_equal_to_the_null_marker_is_refused() -> None:
 def test_which_delta_column_holds_a_changed_type(existing: str, incoming: str,
                                                  ok: bool) -> None:
     assert holds(existing, incoming) is ok
+
+
+@pytest.mark.parametrize(("existing", "incoming", "ok"), [
+    ("int", "bigint", True), ("tinyint", "int", True), ("bigint", "int", False),
+    ("float", "double", True), ("int", "double", True), ("bigint", "double", False),
+    ("int", "decimal(12,0)", True), ("int", "decimal(9,0)", False),
+    ("decimal(10,2)", "decimal(12,2)", True), ("decimal(10,2)", "decimal(10,3)", False),
+    ("date", "timestamp_ntz", True), ("int", "string", False), ("int", "int", False),
+])
+def test_which_source_widening_delta_can_follow(existing: str, incoming: str,
+                                                ok: bool) -> None:
+    assert widens(existing, incoming) is ok
 
 
 def test_path_safe_names_are_injective() -> None:

@@ -1,0 +1,24 @@
+"""What a consumer group reports beyond its position: triggers found on target tables."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from consumers.metrics import ConsumerMetrics
+
+
+def test_triggers_on_target_tables_are_counted_and_listed() -> None:
+    registry = CollectorRegistry()
+    metrics = ConsumerMetrics(registry, "svc", "g")
+    assert metrics.trigger_notes() == "NONE"
+    assert 'trep_target_triggers{group="g",service="svc"} 0.0' in generate_latest(
+        registry).decode()  # the series exists before any trigger is found
+    metrics.target_triggers("s.orders", ["audit (AFTER INSERT)", "fix (BEFORE UPDATE)"])
+    metrics.target_triggers("s.items", ["stamp (BEFORE INSERT)"])
+    metrics.target_triggers("s.other", [])
+    assert metrics.trigger_notes() == ("s.items: stamp (BEFORE INSERT); s.orders: audit "
+                                       "(AFTER INSERT), fix (BEFORE UPDATE)")
+    assert 'trep_target_triggers{group="g",service="svc"} 3.0' in generate_latest(
+        registry).decode()
+    metrics.target_triggers("s.orders", [])  # dropped on the target, table seen again
+    assert metrics.trigger_notes() == "s.items: stamp (BEFORE INSERT)"
