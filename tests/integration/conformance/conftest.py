@@ -210,16 +210,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     uses, and what its target-down test takes down (``sharing.gate``)."""
     dropped = []
     for item in items:
+        if Path(str(item.fspath)).parent != Path(__file__).parent:
+            continue  # the hook sees every test of the session
         callspec = getattr(item, "callspec", None)
         kind = callspec.params.get("kind") if callspec is not None else None
+        if kind is None:
+            continue
         name = getattr(item, "originalname", item.name)
-        if kind is not None:
-            cls = kind_class(kind)
-            item.add_marker(pytest.mark.uses(*cls.servers))
-            if name == TARGET_DOWN and cls.down is not None:
-                item.add_marker(pytest.mark.exclusive(cls.down))
-        if kind in ONLY and Path(str(item.fspath)).parent == Path(__file__).parent \
-                and name not in ONLY[kind]:
+        cls = kind_class(kind)
+        item.add_marker(pytest.mark.uses(*cls.servers))
+        if name == TARGET_DOWN and cls.down is not None:
+            item.add_marker(pytest.mark.exclusive(cls.down))
+        if kind in ONLY and name not in ONLY[kind]:
             dropped.append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
