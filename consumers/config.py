@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from consumers.applier import BlockLimits
 from consumers.registry import TargetConfig
+from consumers.schema_changes import SchemaChangeMode
 from replicator.config import FilterConfig
 
 
@@ -49,6 +50,11 @@ class GroupConfig(BaseModel):
     #: each with its own connection and position (``consumers.runtime.shards``). Needs a
     #: target that can (the SQL applier); 1 applies everything in one channel, in THL order.
     channels: int = Field(1, ge=1, le=64)
+    #: What the group does with schema changes (``consumers.schema_changes``): ``lenient``
+    #: follows them but keeps a dropped column or table; ``evolve`` follows every one;
+    #: ``exception`` stops at each; ``ignore`` changes nothing. A TRUNCATE is applied in
+    #: every mode but ``ignore``.
+    schema_changes: SchemaChangeMode = "lenient"
 
     def block_limits(self, defaults: BlockLimits) -> BlockLimits:
         """The applier's default limits with this group's settings in their place."""

@@ -23,14 +23,16 @@ def build_runtime(service: ServiceSettings, name: str, group: GroupConfig, zk: K
                         service.service, service.tracking_schema)
     metrics = ConsumerMetrics(registry, service.service, name) if registry is not None \
         else ConsumerMetrics.disabled()
-    applier = build_applier(group.target, ApplierContext(service, name, metrics))
+    applier = build_applier(group.target, ApplierContext(service, name, metrics,
+                                                         schema_changes=group.schema_changes))
     if group.channels > 1 and not applier.capabilities.channels:
         raise ConfigError(
             f"consumer group {name}: channels: {group.channels} needs a target that applies "
             f"in parallel (the SQL applier); {group.target.type} target {applier.target} "
             "does not. Set channels: 1 (the default).")
     # Parallel apply: one applier per channel, each with its own connection and position.
-    more = [build_applier(group.target, ApplierContext(service, name, metrics, channel=c))
+    more = [build_applier(group.target, ApplierContext(service, name, metrics, channel=c,
+                                                       schema_changes=group.schema_changes))
             for c in range(1, group.channels)]
     return ConsumerRuntime(
         name, group, feed, applier,

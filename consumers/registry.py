@@ -22,6 +22,7 @@ from consumers.elasticsearch.config import ElasticsearchTarget
 from consumers.memory.config import MemoryTarget
 from consumers.metrics import ConsumerMetrics
 from consumers.mongodb.config import MongoTarget
+from consumers.schema_changes import SchemaChangeMode
 from consumers.sql.config import SqlTarget
 from consumers.warehouse.config import WarehouseTarget
 from replicator.config import ServiceSettings
@@ -53,6 +54,9 @@ class ApplierContext:
     #: The channel this applier serves (parallel apply, ``channels: N``): the ``task_id``
     #: of its position row. 0 for a group with one channel.
     channel: int = 0
+    #: The group's ``schema_changes`` mode: what the applier does with a column the source
+    #: dropped (``consumers.schema_changes``).
+    schema_changes: SchemaChangeMode = "lenient"
 
     @property
     def tracking_schema(self) -> str:

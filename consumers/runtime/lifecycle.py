@@ -114,7 +114,8 @@ class ConsumerRuntime:
         pending = (PendingProvisioning(positions.client, request_path_under(positions.base))
                    if isinstance(positions, ServiceNodes) else None)
         prep = Preparation(replicate, chain, feed.tracking_schema, applier,
-                           RangeChecks(name, replicate, self.capabilities, control), pending)
+                           RangeChecks(name, replicate, self.capabilities, control), pending,
+                           cfg.schema_changes)
         self._group = Group(name, self.appliers, self.limits, self._ctl, prep,
                             self.metrics, positions, self._channel_book)
         self._sessions = Sessions(self._group, feed.topic,

@@ -9,7 +9,6 @@ Both the single stream and every channel apply fragments through ``Preparation.a
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 from typing import cast
 
@@ -19,13 +18,12 @@ from consumers.errors import ConsumerError, DataError
 from consumers.heartbeat import HEARTBEAT_TABLE, Heartbeat, heartbeats
 from consumers.provisioning import PendingProvisioning
 from consumers.runtime.checks import RangeChecks
+from consumers.schema_changes import Action, SchemaChangeMode, action, stopped
 from replicator.filters import FilterChain, FilterError, ReplicateFilter
 from replicator.sql_names import is_transactional
 from thl_topics.event import DataItem, RowChange, Statement, ThlEvent
 from thl_topics.records import META_CHECK
-from thl_topics.schema_change import ChangeKind
-
-log = logging.getLogger(__name__)
+from thl_topics.schema_change import ChangeKind, SchemaChange
 
 
 class Preparation:
@@ -37,7 +35,8 @@ class Preparation:
 
     def __init__(self, replicate: ReplicateFilter, chain: FilterChain, tracking_schema: str,
                  applier: Applier, checks: RangeChecks,
-                 pending: PendingProvisioning | None = None) -> None:
+                 pending: PendingProvisioning | None = None,
+                 schema_changes: SchemaChangeMode = "lenient") -> None:
         self.filter = replicate
         self.chain = chain
         self.tracking_schema = tracking_schema
@@ -45,6 +44,7 @@ class Preparation:
         self.capabilities = applier.capabilities
         self.checks = checks
         self.pending = pending
+        self.schema_changes = schema_changes
         #: The target does not replay statements, so it empties truncated tables itself.
         self.truncating = self.capabilities.statements is not StatementPolicy.APPLY \
             and isinstance(applier, Truncates)
@@ -62,14 +62,8 @@ class Preparation:
             self.checks.check(check, event, applier)
             return
         try:
+            truncated = self.truncates(event)
             prepared, beats = self.prepare(event)
-            truncated = self.truncates(event) if self.truncating else []
-            if not self.truncating and \
-                    self.capabilities.statements is not StatementPolicy.APPLY:
-                for schema, table in self.truncates(event):
-                    log.warning("%s: %s.%s was truncated at the source (seqno %d); this "
-                                "target kind does not empty tables yet, so its rows stay",
-                                self.applier.target, schema, table, event.seqno)
             if prepared.data:
                 applier.apply(prepared)
             for schema, table in truncated:
@@ -116,12 +110,28 @@ class Preparation:
             event = self.pending.mark(event)
         return event, beats
 
+    def schema_changes_of(self, event: ThlEvent) -> list[SchemaChange]:
+        """The schema changes of the event's statements to tables this group keeps; a
+        DataError at the first one in ``exception`` mode."""
+        found = self._kept_changes(event)
+        for change in found:
+            if action(self.schema_changes, change) is Action.STOP:
+                raise stopped(change, event.seqno, event.event_id)
+        return found
+
+    def _kept_changes(self, event: ThlEvent) -> list[SchemaChange]:
+        return [c for item in event.data if isinstance(item, Statement)
+                for c in item.schema_changes or () if self.filter.keeps(c.schema, c.table)]
+
     def truncates(self, event: ThlEvent) -> list[tuple[str, str]]:
-        """The tables the event's statements truncate that this group keeps (the statement
-        itself is left out like any other where the target does not replay statements)."""
-        return [(c.schema, c.table) for item in event.data if isinstance(item, Statement)
-                for c in item.schema_changes or ()
-                if c.kind is ChangeKind.TRUNCATE and self.filter.keeps(c.schema, c.table)]
+        """The tables this group empties for the event's TRUNCATEs (where the target does
+        not replay the statement itself; the statement is then left out like any other)."""
+        changes = self.schema_changes_of(event)
+        if not self.truncating:
+            return []
+        return [(c.schema, c.table) for c in changes
+                if c.kind is ChangeKind.TRUNCATE
+                and action(self.schema_changes, c) is Action.APPLY]
 
     def _admits(self, item: DataItem, event: ThlEvent) -> bool:
         """Whether the applier gets ``item`` (DataError where it declared it cannot take it)."""
@@ -154,7 +164,8 @@ class Preparation:
         and so is a check: it must see every earlier seqno committed."""
         if META_CHECK in event.metadata:
             return True
-        if self.truncating and self.truncates(event):
+        if self.truncating and any(c.kind is ChangeKind.TRUNCATE
+                                   for c in self._kept_changes(event)):
             return True
         return self.capabilities.statements is StatementPolicy.APPLY and any(
             isinstance(item, Statement) and not is_transactional(item.sql)

@@ -86,7 +86,7 @@ class SqlApplier:
         self._tables = TargetTables(target, self.create_tables, statements == "apply",
                                     self._run_ddl,
                                     SqlNames(self.url.get_dialect()(), cfg.names),
-                                    ctx.metrics)
+                                    ctx.metrics, ctx.schema_changes)
         self._batches = BatchWriter(target, self.url.get_driver_name(), cfg.batch_rows,
                                     self._positions, self.rollback)
         self._rows = RowWriter(target, policy_for(self.dialect, cfg.zero_dates,

@@ -205,6 +205,12 @@ def add_column(table: sa.Table, column: sa.Column[object], dialect: Dialect) -> 
     return [add, SetColumnComment(column)]
 
 
+def drop_column(table: sa.Table, column: str, dialect: Dialect) -> list[Ddl]:
+    """ALTER TABLE DROP COLUMN (a column dropped on the source, ``schema_changes: evolve``)."""
+    quoted = dialect.identifier_preparer.quote(column)
+    return [f"ALTER TABLE {_table_name(table, dialect)} DROP COLUMN {quoted}"]
+
+
 def widen_column(table: sa.Table, column: sa.Column[object], old: SqlType,
                  dialect: Dialect) -> list[Ddl]:
     """ALTER the column to its new (wider) type and record the new source type."""

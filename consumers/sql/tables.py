@@ -22,6 +22,7 @@ from sqlalchemy.engine.interfaces import ReflectedColumn
 from consumers.errors import DataError
 from consumers.metrics import ConsumerMetrics
 from consumers.naming import UnfitName
+from consumers.schema_changes import SchemaChangeMode
 from consumers.sql import ddl
 from consumers.sql.config import MYSQL_FAMILY
 from consumers.sql.context import TargetContext
@@ -43,10 +44,15 @@ class TargetTables:
 
     def __init__(self, ctx: TargetContext, create_tables: bool, statements_applied: bool,
                  run_ddl: RunDdl, names: SqlNames,
-                 metrics: ConsumerMetrics | None = None) -> None:
+                 metrics: ConsumerMetrics | None = None,
+                 schema_changes: SchemaChangeMode = "lenient") -> None:
         self.ctx = ctx
         #: Where triggers found on target tables are reported (status and metric).
         self.metrics = metrics or ConsumerMetrics.disabled()
+        #: What a column dropped on the source does here (``consumers.schema_changes``).
+        self.schema_changes: SchemaChangeMode = schema_changes
+        #: Columns kept after the source dropped them (logged once): (table, column).
+        self._kept: set[tuple[str, str]] = set()
         self.create_tables = create_tables
         #: Statement events are replayed on this target (its tables come from them).
         self.statements_applied = statements_applied
@@ -196,16 +202,10 @@ class TargetTables:
         where = found.qualified
         names = {s.name for s in specs}
         dropped = [c for c in found.sources if c not in names and c not in found.generated]
-        if dropped:
-            raise DataError(
-                f"{self.ctx.target}: {where} has column(s) {', '.join(dropped)} that the row "
-                f"image of seqno {seqno} lacks: dropped on the source? The target keeps "
-                "them, so nothing is written without them. Drop them on the target (or "
-                "clear their comment to keep them, filled by their default), then put the "
-                "group online", seqno=seqno)
         table = ddl.new_table(found.schema, found.name, [], self.ctx.db.dialect, {})
+        statements = self._dropped(found, dropped, table, seqno) if dropped else []
         try:
-            statements = self._alterations(found, specs, table, seqno)
+            statements += self._alterations(found, specs, table, seqno)
         except UnmappedType as exc:
             raise DataError(f"{self.ctx.target}: cannot evolve {where} for seqno {seqno}: {exc}",
                             seqno=seqno) from exc
@@ -220,6 +220,38 @@ class TargetTables:
             found = self._reflected(found.schema or "", found.name, found.aliases, seqno)
         found.checked.add(layout)
         return found
+
+    def _dropped(self, found: TargetTable, dropped: list[str], table: sa.Table, seqno: int
+                 ) -> list[ddl.Ddl]:
+        """Columns the row images no longer have (dropped on the source): kept, NULL in the
+        rows written from then on (``schema_changes: lenient``, ``ignore``), dropped
+        (``evolve``), or a stop (``exception``, or a key column)."""
+        where = found.qualified
+        try:
+            key = sa.inspect(self.ctx.db).get_pk_constraint(found.name, schema=found.schema)
+        except sa_exc.DBAPIError as exc:
+            raise self.ctx.classify(exc, f"reading the primary key of {where}") from exc
+        target_keys = set(key.get("constrained_columns") or [])
+        keys = [c for c in dropped if found.aliases.get(c, c) in target_keys]
+        if self.schema_changes == "exception" or keys:
+            why = (f"key column(s) {', '.join(keys)} cannot be kept or dropped" if keys else
+                   "schema_changes: exception stops at every schema change")
+            raise DataError(
+                f"{self.ctx.target}: {where} has column(s) {', '.join(dropped)} that the row "
+                f"image of seqno {seqno} lacks (dropped on the source); {why}. Change the "
+                "table on the target, then put the group online, or set schema_changes: "
+                "lenient (keeps the column) or evolve (drops it)", seqno=seqno)
+        if self.schema_changes == "evolve":
+            return [s for c in dropped
+                    for s in ddl.drop_column(table, found.aliases.get(c, c),
+                                             self.ctx.db.dialect)]
+        new = [c for c in dropped if (where, c) not in self._kept]
+        if new:
+            self._kept.update((where, c) for c in new)
+            log.info("%s: %s keeps column(s) %s, dropped on the source (seqno %d): NULL in the "
+                     "rows written from now on (schema_changes: %s)", self.ctx.target, where,
+                     ", ".join(new), seqno, self.schema_changes)
+        return []
 
     def _alterations(self, found: TargetTable, specs: Sequence[ColumnSpec], table: sa.Table,
                      seqno: int) -> list[ddl.Ddl]:

@@ -81,6 +81,7 @@ class WarehouseApplier:
         self.cfg = cfg
         self.service = ctx.service.service
         self.group = ctx.group
+        self.schema_changes = ctx.schema_changes
         self.target = f"warehouse {cfg.location}"
         self.capabilities = Capabilities(
             atomicity=Atomicity.SEQNO_GUARDED, statements=StatementPolicy.SKIP,
@@ -148,7 +149,8 @@ class WarehouseApplier:
                 spark_sessions.forget_dead_jvm()
             if self._spark is None:
                 self._spark = spark_sessions.acquire(self.cfg.spark)
-            self._writer = DeltaWriter(self.spark, self.cfg)
+            self._writer = DeltaWriter(self.spark, self.cfg,
+                                       schema_changes=self.schema_changes)
             self._tracking = DeltaTracking(self.spark, self.cfg.tracking(self.service))
             self.tracking.create()
             if self.cfg.mode == "merge" and not self.cfg.keep_staging:

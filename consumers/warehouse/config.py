@@ -103,9 +103,11 @@ class WarehouseTarget(BaseModel):
     #: ``history``: an append-only Delta table of every row change (``_op``, ``_seqno``,
     #: ``_row``, ``_committime`` and the row image).
     keyless: Literal["refuse", "history"] = "refuse"
-    #: A Delta column whose source column is gone (dropped or renamed): ``error``, or
-    #: ``keep`` it (rows written from then on get NULL there).
-    dropped_columns: Literal["error", "keep"] = "error"
+    #: A Delta column whose source column is gone (dropped or renamed): ``error``, ``keep``
+    #: it (rows written from then on get NULL there), or ``drop`` it. Default: the group's
+    #: ``schema_changes`` decides (``lenient``, ``ignore``: keep; ``evolve``: drop;
+    #: ``exception``: error).
+    dropped_columns: Literal["error", "keep", "drop"] | None = None
     #: A source column whose type changed: ``error``, or ``keep-wider``: write values into
     #: the Delta column when it holds every value of the new type (the source narrowed),
     #: else stop.

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from consumers.errors import DataError
+from consumers.schema_changes import SchemaChangeMode
 from consumers.warehouse.config import WarehouseTarget
 from consumers.warehouse.naming import TableRef, quote_name, table_ref
 from consumers.warehouse.staging import Segment, read_options, staging_schema
@@ -75,6 +76,8 @@ class Plan:
     add: list[tuple[str, str]] = field(default_factory=list)
     #: Columns widened on the source, to widen before the MERGE (Delta type widening).
     widen: list[tuple[str, str]] = field(default_factory=list)
+    #: Columns dropped on the source, to drop before the MERGE (``dropped_columns: drop``).
+    drop: list[str] = field(default_factory=list)
     frame: DataFrame | None = None
 
 
@@ -87,9 +90,13 @@ class DeltaWriter:
     """Plans, reads and merges staged segments into Delta tables for one group."""
 
     def __init__(self, spark: SparkSession, cfg: WarehouseTarget,
-                 resolve: Callable[[str, str], TableRef] | None = None) -> None:
+                 resolve: Callable[[str, str], TableRef] | None = None,
+                 schema_changes: SchemaChangeMode = "lenient") -> None:
         self.spark = spark
         self.cfg = cfg
+        #: What a Delta column whose source column is gone becomes.
+        self.dropped = cfg.dropped_columns or {"evolve": "drop", "exception": "error"}.get(
+            schema_changes, "keep")
         #: (schema, table) -> Delta table; default: the configured path or name template.
         self.resolve = resolve or (lambda schema, table: table_ref(cfg, schema, table))
         #: Known Delta schemas (lower-case name -> (name, type)), by table reference.
@@ -153,11 +160,15 @@ class DeltaWriter:
         seg = plan.segment
         wanted = {n.lower() for n, _ in incoming} | {m for m, _ in meta}
         gone = [name for key, (name, _) in current.items() if key not in wanted]
-        if gone and self.cfg.dropped_columns == "error":
+        if gone and self.dropped == "error":
             raise _error(seg, f"column(s) {', '.join(gone)} of the Delta table {plan.ref} "
-                              "are gone from the source (dropped or renamed); the warehouse "
-                              "never drops data: add them back, set dropped_columns: keep, "
-                              "or skip the seqno")
+                              "are gone from the source (dropped or renamed): add them back, "
+                              "set schema_changes: lenient (keeps them) or evolve (drops "
+                              "them), or skip the seqno")
+        if gone and self.dropped == "drop":
+            plan.drop.extend(gone)
+            for name in gone:
+                current.pop(name.lower(), None)
         for i, (name, kind) in enumerate(incoming):
             found = current.get(name.lower())
             if found is None:
@@ -236,6 +247,15 @@ class DeltaWriter:
             self._schemas.pop(plan.ref, None)
         if plan.widen:
             self._widen(plan)
+        if plan.drop:
+            known = self.schema(plan.ref) or {}
+            present = [n for n in plan.drop if n.lower() in known]
+            if present:  # a replay finds them gone already
+                cols = ", ".join(quote_name(n) for n in present)
+                self.spark.sql(f"ALTER TABLE {plan.ref.sql} DROP COLUMNS ({cols})")
+                log.info("%s: dropped column(s) %s, dropped on the source (seqno %d)",
+                         plan.ref, ", ".join(present), plan.segment.low)
+                self._schemas.pop(plan.ref, None)
 
     def _widen(self, plan: Plan) -> None:
         """Widen the columns whose source type widened (idempotent: a replay finds them

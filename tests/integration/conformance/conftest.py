@@ -55,15 +55,16 @@ class Conformance:
         self.zk = connect(self.cfg.zookeeper.hosts, 10)
         self.tables: list[Table] = []
 
-    def configure(self, **extractor: Any) -> None:
-        """(Re)write the service file; ``extractor`` settings go to its section."""
+    def configure(self, group: dict[str, Any] | None = None, **extractor: Any) -> None:
+        """(Re)write the service file; ``extractor`` settings go to its section, ``group``
+        to the consumer group's."""
         self.cfg: ServiceConfig = write_service(
             self.config_path, self.name, bootstrap=self.bootstrap,
             zookeeper={"hosts": self.zk_hosts}, source_port=self.source.port,
             extractor=extractor_section(self.name, self.schema, 8000, 1000,
                                         {"batch_ms": 20, **extractor}),
             consumers={GROUP: {"target": self.kind.target(self.name),
-                               "block_commit_ms": 100}})
+                               "block_commit_ms": 100, **(group or {})}})
 
     # -- the source -------------------------------------------------------------------------
 

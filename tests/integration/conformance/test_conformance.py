@@ -232,6 +232,49 @@ def test_a_column_widened_on_the_source_takes_its_wider_values(
     assert svc.compare(ITEMS) == {"items": 4}
 
 
+def test_a_dropped_column_is_kept_and_checks_stay_equal(conformance: Conformance) -> None:
+    """``DROP COLUMN`` between writes, ``schema_changes: lenient`` (the default): every kind
+    goes on (a kept column is NULL in the rows written from then on), a restart right after
+    the drop finds nothing to redo, and ``trepctl check`` (which reads the columns the
+    source has) finds the table equal."""
+    svc = conformance
+    svc.start()
+    svc.create(ITEMS)
+    _items(svc, 0, 3)
+    before = svc.wait_source_applied()
+    s = svc.schema
+    svc.src(f"ALTER TABLE {s}.items DROP COLUMN price")
+    svc.wait_applied(before + 1)
+    svc.stop()
+    svc.start()
+    svc.src(f"INSERT INTO {s}.items VALUES (10, 'after the drop', 4)",
+            f"UPDATE {s}.items SET qty = 9 WHERE id = 1")
+    svc.wait_source_applied()
+    assert svc.status()["state"] == "ONLINE"
+    checked = _check(svc, f"{s}.items")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert " equal" in checked.stdout and "different" not in checked.stdout, checked.stdout
+
+
+def test_schema_changes_exception_stops_at_the_first_change(conformance: Conformance) -> None:
+    """``schema_changes: exception``: every kind stops at the DDL's own seqno, naming the
+    change and the modes that would let it through, with everything before it applied."""
+    svc = conformance
+    svc.configure(group={"schema_changes": "exception"})
+    svc.start()
+    svc.create(ITEMS)
+    _items(svc, 0, 3)
+    before = svc.wait_source_applied()
+    svc.src(f"ALTER TABLE {svc.schema}.items ADD COLUMN note VARCHAR(10)")
+    _items(svc, 100, 2)
+    status = svc.wait_state("OFFLINE:ERROR")
+    assert status["pendingErrorSeqno"] == before + 1, status
+    assert status["appliedLastSeqno"] == before, status
+    message = status["pendingExceptionMessage"]
+    assert f"add_column {svc.schema}.items.note" in message, message
+    assert "schema_changes: lenient (or evolve)" in message, message
+
+
 def test_restart_right_after_a_fragmented_transaction(conformance: Conformance) -> None:
     svc = conformance
     svc.configure(fragment_rows=1000)

@@ -143,6 +143,9 @@ def test_bad_value_stops_at_its_seqno_with_nothing_half_committed(crafted: Craft
 
 def test_dropped_or_narrowed_column_is_an_error_naming_table_and_seqno(
         crafted: CraftedThl) -> None:
+    """With dropped_columns: error (the group's schema_changes: lenient keeps the column,
+    as the conformance suite checks)."""
+    crafted.configure(dropped_columns="error")
     s = "shop"
     wide = [spec(1, "id", "INT", key=True), spec(2, "v", "BIGINT"), spec(3, "gone", "INT")]
     first = crafted.publish(insert(s, "t", wide, [1, 1, 1]), insert(s, "items", ITEM, [1, "a"]))

@@ -328,6 +328,21 @@ def test_a_truncate_empties_the_table_in_a_block_of_its_own() -> None:
     assert set(target.store.applied.values()) == {1}
 
 
+def test_schema_changes_exception_stops_at_the_change_and_ignore_keeps_the_rows() -> None:
+    alter = Statement("ALTER TABLE db.t ADD c INT", schema_changes=[
+        SchemaChange(ChangeKind.ADD_COLUMN, "db", "t", column="c", column_type="INT")])
+    records = [_rec(0, 0), _rec(1, 1, data=[alter]), _rec(2, 2)]
+    target, control, _ = _run(records, _in_error, group=_group(schema_changes="exception"))
+    assert control.status["pendingErrorSeqno"] == 1
+    assert "add_column db.t.c INT" in control.status["pendingExceptionMessage"]
+    assert target.store.position is not None and target.store.position.seqno == 0
+    truncate = Statement("TRUNCATE TABLE db.t", schema_changes=[
+        SchemaChange(ChangeKind.TRUNCATE, "db", "t")])
+    records = [_rec(0, 0), _rec(1, 1, data=[truncate]), _rec(2, 2)]
+    target, _, _ = _run(records, _at(2), group=_group(schema_changes="ignore"))
+    assert [r["id"] for r in target.rows("db", "t")] == [0, 200]
+
+
 def test_keyless_tables_are_refused_where_the_applier_cannot_address_rows() -> None:
     records = [_rec(0, 0), _rec(1, 1, data=[_row(5, table="loose", keyed=False)]), _rec(2, 2)]
     target, control, _ = _run(records, _in_error,
