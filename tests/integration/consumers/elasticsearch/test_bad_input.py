@@ -43,7 +43,7 @@ def test_refused_documents_stop_at_their_seqno_and_skip_moves_past(make_service:
     bad2 = svc.committed(f"INSERT INTO {s}.dates VALUES (6, '2024-01-06', 'many', 'six')")
     last = svc.committed(f"INSERT INTO {s}.dates VALUES (7, '2024-01-07', '7', 'seven')",
                          f"DELETE FROM {s}.dates WHERE id = 2")
-    _refused(svc, bad2, f"table {s}.dates", "column qty", "document 6", "[integer]")
+    _refused(svc, bad2, f"table {s}.dates", "column qty", "document 6", "[long]")
     assert bad2 == fits + 1
     svc.trepctl("online", "--skip-seqno", str(bad2))
     svc.wait_applied(last)
