@@ -266,7 +266,7 @@ def test_schema_changes_exception_stops_at_the_first_change(conformance: Conform
     _items(svc, 0, 3)
     before = svc.wait_source_applied()
     svc.src(f"ALTER TABLE {svc.schema}.items ADD COLUMN note VARCHAR(10)")
-    _items(svc, 100, 2)
+    svc.src(f"INSERT INTO {svc.schema}.items VALUES (100, 'after', 1, 1.5, 'n')")
     status = svc.wait_state("OFFLINE:ERROR")
     assert status["pendingErrorSeqno"] == before + 1, status
     assert status["appliedLastSeqno"] == before, status
