@@ -66,10 +66,10 @@ def index_name(template: str, service: str, schema: str, table: str,
     if chosen is None:
         chosen = template
     raw = chosen.format(schema=schema, table=table, service=service)
-    if policy == "strict" and INDEX.problem(raw, reserve) is not None:
-        raise IndexNameError(f"table {schema}.{table}: {INDEX.problem(raw, reserve)} "
-                             f"({raw!r}; names: strict); give it a name in the target's "
-                             "`indices`, or set names: map")
+    problem = INDEX.problem(raw, reserve) if policy == "strict" else None
+    if problem is not None:
+        raise IndexNameError(f"table {schema}.{table}: {problem} ({raw!r}; names: strict); "
+                             "give it a name in the target's `indices`, or set names: map")
     name = INDEX.fit(raw, reserve)
     if not name or name in INDEX.reserved or name[0] in "-_+":
         raise IndexNameError(

@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
 
 from bson.int64 import Int64
 from pymongo import MongoClient
@@ -84,6 +85,7 @@ from replicator import crashpoints
 from thl_topics.event import RowChange, ThlEvent, ThlValue
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 class MongoApplier:
@@ -245,13 +247,12 @@ class MongoApplier:
         ns = self._layouts.namespace(schema, table, event)
         coll = self.client[ns.database][ns.collection]
         # A keyless table's documents carry ``_op``; its tombstones must carry the mark.
-        found: list[bool] = []
-        self._mapped(lambda: found.append(coll.find_one({OP: {"$exists": True}}, {ID: 1})
-                                          is not None), f"reading {ns}", event.seqno)
+        keyless = self._mapped(lambda: coll.find_one({OP: {"$exists": True}}, {ID: 1})
+                               is not None, f"reading {ns}", event.seqno)
         self._writes.drop(ns)
         self._keyless.pop(ns, None)
         self._clears[ns] = Clear(event.seqno, event.event_id, f"{schema}.{table}",
-                                 keyless=found[0])
+                                 keyless=keyless)
 
     def pending(self) -> tuple[dict[Namespace, list[Write]], dict[Namespace, list[KeylessOp]]]:
         """What the open block will write: collapsed writes, and keyless changes in order."""
@@ -279,10 +280,10 @@ class MongoApplier:
         if job is not None:
             job.result()
 
-    def _mapped(self, call: Callable[[], None], doing: str, seqno: int = -1) -> None:
+    def _mapped(self, call: Callable[[], _T], doing: str, seqno: int = -1) -> _T:
         """``call()`` with pymongo's and BSON's errors as the consumer's."""
         try:
-            call()
+            return call()
         except Unencodable as exc:
             raise data_error(self.target, exc.write, exc.write.table, None, str(exc)) from exc
         except PyMongoError as exc:

@@ -136,33 +136,33 @@ def _zero_date(raw: str, spec: ColumnSpec, opts: TypeOptions) -> Any:
         raise ValueRefused(str(exc)) from exc
 
 
-def _date(spec: ColumnSpec, opts: TypeOptions) -> Converter:
+def _temporal(spec: ColumnSpec, opts: TypeOptions, parse: Callable[[str], Any],
+              store: Callable[[Any], Any]) -> Converter:
+    """A DATE or DATETIME text: ``parse``d and ``store``d, or a zero date (``_zero_date``:
+    with ``text``, already printed with the column's digits)."""
     def convert(raw: ThlValue) -> Any:
         if not isinstance(raw, str):
             return raw
         try:
-            day = dt.date.fromisoformat(raw)
+            value = parse(raw)
         except ValueError:
             return _zero_date(raw, spec, opts)
-        return dt.datetime(day.year, day.month, day.day)  # noqa: DTZ001 - naive is UTC
+        return store(value)
     return convert
+
+
+def _date(spec: ColumnSpec, opts: TypeOptions) -> Converter:
+    return _temporal(spec, opts, dt.date.fromisoformat,
+                     lambda day: dt.datetime(day.year, day.month, day.day))  # noqa: DTZ001
 
 
 def _datetime(spec: ColumnSpec, opts: TypeOptions) -> Converter:
     digits = max(0, min(6, spec.scale))
-
-    def convert(raw: ThlValue) -> Any:
-        if not isinstance(raw, str):
-            return raw
-        try:
-            value = dt.datetime.fromisoformat(raw)
-        except ValueError:
-            # A zero date: with ``text``, already printed with the column's digits.
-            return _zero_date(raw, spec, opts)
-        if digits <= 3:
-            return value  # naive, UTC: milliseconds are exact in a BSON date
-        return format_datetime(value, digits)
-    return convert
+    if digits <= 3:
+        # Naive, UTC: milliseconds are exact in a BSON date.
+        return _temporal(spec, opts, dt.datetime.fromisoformat, lambda value: value)
+    return _temporal(spec, opts, dt.datetime.fromisoformat,
+                     lambda value: format_datetime(value, digits))
 
 
 def format_datetime(value: dt.datetime, digits: int) -> str:

@@ -110,28 +110,23 @@ class Preparation:
             event = self.pending.mark(event)
         return event, beats
 
-    def schema_changes_of(self, event: ThlEvent) -> list[SchemaChange]:
-        """The schema changes of the event's statements to tables this group keeps; a
-        DataError at the first one in ``exception`` mode."""
-        found = self._kept_changes(event)
-        for change in found:
-            if action(self.schema_changes, change) is Action.STOP:
-                raise stopped(change, event.seqno, event.event_id)
-        return found
-
     def _kept_changes(self, event: ThlEvent) -> list[SchemaChange]:
         return [c for item in event.data if isinstance(item, Statement)
                 for c in item.schema_changes or () if self.filter.keeps(c.schema, c.table)]
 
     def truncates(self, event: ThlEvent) -> list[tuple[str, str]]:
         """The tables this group empties for the event's TRUNCATEs (where the target does
-        not replay the statement itself; the statement is then left out like any other)."""
-        changes = self.schema_changes_of(event)
-        if not self.truncating:
-            return []
-        return [(c.schema, c.table) for c in changes
-                if c.kind is ChangeKind.TRUNCATE
-                and action(self.schema_changes, c) is Action.APPLY]
+        not replay the statement itself; the statement is then left out like any other);
+        a DataError at the event's first schema change in ``exception`` mode."""
+        truncated = []
+        for change in self._kept_changes(event):
+            done = action(self.schema_changes, change)
+            if done is Action.STOP:
+                raise stopped(change, event.seqno, event.event_id)
+            if self.truncating and change.kind is ChangeKind.TRUNCATE \
+                    and done is Action.APPLY:
+                truncated.append((change.schema, change.table))
+        return truncated
 
     def _admits(self, item: DataItem, event: ThlEvent) -> bool:
         """Whether the applier gets ``item`` (DataError where it declared it cannot take it)."""

@@ -70,11 +70,13 @@ class TargetTables:
         """The target table of a row change (made or evolved with ``create_tables``)."""
         key = (change.schema, change.table)
         found = self._tables.get(key)
-        aliases = self._named(lambda: self.names.aliases(specs), key, seqno) \
-            if self.names.rule is not None else {}
-        if found is None or (aliases and not aliases.items() <= found.aliases.items()):
-            found = self._bind(key, specs, aliases, found, seqno)
-            self._tables[key] = found
+        # Bound columns are keyed by source name: only a column not bound yet (a new one,
+        # or one whose cut name this process has not met) needs the naming rule again.
+        if found is None or (self.names.rule is not None
+                             and any(s.name not in found.types for s in specs)):
+            aliases = self._named(lambda: self.names.aliases(specs), key, seqno) \
+                if self.names.rule is not None else {}
+            found = self._tables[key] = self._bind(key, specs, aliases, found, seqno)
         if self.create_tables:
             found = self._tables[key] = self._evolve(found, specs, seqno)
         return found

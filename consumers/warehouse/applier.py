@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from consumers.applier import Atomicity, BlockLimits, Capabilities, StatementPolicy
 from consumers.check import CheckRange, CheckResult
@@ -289,13 +289,19 @@ class WarehouseApplier:
         self._zeros.commit(position.seqno)
         self._catch_up.committed(position.seqno, rows)
 
+    def _commit_metadata(self, table: str, low: int, high: int, rows: int,
+                         position: Position, **extra: Any) -> dict[str, Any]:
+        """A Delta commit's ``userMetadata``: whose it is and which seqnos it covers."""
+        return {"tungsten": {
+            "service": self.service, "group": self.group, "generation": self._generation,
+            "table": table, "low": low, "high": high, "rows": rows, **extra,
+            "block_high": position.seqno}}
+
     def _empty_truncated(self, position: Position) -> None:
         for schema, table, seqno in self._truncates:
             ref = self.writer.resolve(schema, table)
-            metadata = {"tungsten": {
-                "service": self.service, "group": self.group, "generation": self._generation,
-                "table": f"{schema}.{table}", "low": seqno, "high": seqno, "rows": 0,
-                "truncate": True, "block_high": position.seqno}}
+            metadata = self._commit_metadata(f"{schema}.{table}", seqno, seqno, 0, position,
+                                             truncate=True)
             if self.writer.empty(ref, self.app_id(), seqno, metadata):
                 log.info("%s: %s emptied at seqno %d (TRUNCATE at the source)", self.target,
                          ref, seqno)
@@ -318,10 +324,8 @@ class WarehouseApplier:
                 crashpoints.reached("apply-between-tables")
             writer.prepare_table(plan)
             seg = plan.segment
-            metadata = {"tungsten": {
-                "service": self.service, "group": self.group, "generation": self._generation,
-                "table": seg.qualified, "low": seg.low, "high": seg.high, "rows": seg.rows,
-                "block_high": position.seqno}}
+            metadata = self._commit_metadata(seg.qualified, seg.low, seg.high, seg.rows,
+                                             position)
             if not writer.merge(plan, self.app_id(), metadata):
                 log.info("%s: %s seqnos %d..%d already merged (Delta transaction %s v%d)",
                          self.target, plan.ref, seg.low, seg.high, self.app_id(), seg.high)

@@ -186,6 +186,18 @@ def test_names_a_target_cannot_hold_are_mapped_by_one_rule(conformance: Conforma
         svc.src(f"DROP DATABASE IF EXISTS `{odd}`")
 
 
+def _restart_right_after(svc: Conformance, *statements: str) -> int:
+    """Each statement a transaction of its own on the source; the group's process stops
+    once it applied the last one and starts again right there; that seqno."""
+    last = svc.wait_source_applied() + len(statements)
+    for statement in statements:
+        svc.src(statement)
+    svc.wait_applied(last)
+    svc.stop()
+    svc.start()
+    return last
+
+
 def test_truncate_empties_the_table_and_a_restart_right_after_it_changes_nothing(
         conformance: Conformance) -> None:
     """TRUNCATE between writes: the table's rows go at that seqno on every kind (the
@@ -197,13 +209,10 @@ def test_truncate_empties_the_table_and_a_restart_right_after_it_changes_nothing
     svc.create(ITEMS, COMPOSITE)
     _items(svc, 0, 5)
     _workload(svc, rounds=1, first=3)
-    before = svc.wait_source_applied()
+    svc.wait_source_applied()
     composite = svc.compare(COMPOSITE)["composite"]
-    svc.src(f"TRUNCATE TABLE {svc.schema}.items")
-    svc.wait_applied(before + 1)
-    svc.stop()
-    svc.start()
-    assert svc.wait_state("ONLINE")["appliedLastSeqno"] == before + 1
+    last = _restart_right_after(svc, f"TRUNCATE TABLE {svc.schema}.items")
+    assert svc.wait_state("ONLINE")["appliedLastSeqno"] == last
     _items(svc, 100, 3)
     svc.wait_source_applied()
     assert svc.compare(ITEMS, COMPOSITE) == {"items": 3, "composite": composite}
@@ -219,13 +228,9 @@ def test_a_column_widened_on_the_source_takes_its_wider_values(
     svc.start()
     svc.create(ITEMS)
     _items(svc, 0, 3)
-    before = svc.wait_source_applied()
     s = svc.schema
-    svc.src(f"ALTER TABLE {s}.items MODIFY qty BIGINT")
-    svc.src(f"INSERT INTO {s}.items VALUES (10, 'wide', 5000000000, 1.25)")
-    svc.wait_applied(before + 2)
-    svc.stop()
-    svc.start()
+    _restart_right_after(svc, f"ALTER TABLE {s}.items MODIFY qty BIGINT",
+                         f"INSERT INTO {s}.items VALUES (10, 'wide', 5000000000, 1.25)")
     svc.src(f"UPDATE {s}.items SET qty = -5000000000 WHERE id = 1")
     svc.wait_source_applied()
     assert svc.status()["state"] == "ONLINE"
@@ -241,12 +246,8 @@ def test_a_dropped_column_is_kept_and_checks_stay_equal(conformance: Conformance
     svc.start()
     svc.create(ITEMS)
     _items(svc, 0, 3)
-    before = svc.wait_source_applied()
     s = svc.schema
-    svc.src(f"ALTER TABLE {s}.items DROP COLUMN price")
-    svc.wait_applied(before + 1)
-    svc.stop()
-    svc.start()
+    _restart_right_after(svc, f"ALTER TABLE {s}.items DROP COLUMN price")
     svc.src(f"INSERT INTO {s}.items VALUES (10, 'after the drop', 4)",
             f"UPDATE {s}.items SET qty = 9 WHERE id = 1")
     svc.wait_source_applied()
