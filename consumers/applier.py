@@ -33,6 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 from consumers.heartbeat import Heartbeat
 from consumers.position import Position
 from thl_topics.event import ThlEvent
+from thl_topics.schema_change import SchemaChange
 
 
 class Atomicity(StrEnum):
@@ -160,6 +161,30 @@ class Truncates(Protocol):
         """Remove every row of the source table ``schema.table`` from the target, in the
         open block (a block of its own: everything before it is committed). Replaying it
         is harmless; a table the target never had is left alone."""
+
+
+@runtime_checkable
+class Restructures(Protocol):
+    """An applier that follows renamed tables and columns and dropped tables itself (issue
+    28): every kind whose target does not replay the DDL statement. Each call comes in a
+    block of its own (everything before it committed) and must be harmless to replay."""
+
+    def rename_table(self, change: SchemaChange, event: ThlEvent) -> None:
+        """The target's table for ``change.schema.change.table`` becomes the one for
+        ``change.new_schema.change.new_name``, with its rows: renamed, or aliased where the
+        store cannot rename. A table the target never had, or already renamed, is left
+        alone."""
+
+    def rename_column(self, change: SchemaChange, keep_old: bool, event: ThlEvent) -> None:
+        """Column ``change.column`` of the table is now ``change.new_name``. ``keep_old``
+        False (``evolve``): rename it. True (``lenient``): add the new column holding the
+        old one's value in every row already there, and keep the old column as a dropped
+        one (NULL from then on); a key column is renamed all the same, since a kept old key
+        would leave later rows unaddressable. Already done: nothing happens."""
+
+    def drop_table(self, change: SchemaChange, event: ThlEvent) -> None:
+        """The target's table for ``change.schema.change.table`` goes, with its rows
+        (``evolve``; ``lenient`` keeps it and never calls this)."""
 
 
 @runtime_checkable

@@ -9,11 +9,21 @@ change                    ``evolve``  ``lenient`` (the default)        ``excepti
 ========================  ==========  ===============================  ================
 create table              apply       apply                            apply
 truncate                  apply       apply                            stop
+rename table              apply       apply (the target table, index,  stop
+                                      collection or Delta table
+                                      follows with its rows)
 drop column               drop it     keep the target column, NULL     stop
                                       (nullable) from then on
-drop table                apply       keep the target table            stop
+rename column             rename it   keep the old column (NULL from   stop
+                                      then on) and add the new one,
+                                      filled from the old for the
+                                      rows already there
+drop table                drop it     keep the target table            stop
 every other change        apply       apply                            stop
 ========================  ==========  ===============================  ================
+
+A renamed key column is renamed in ``lenient`` too: a kept old key column would leave later
+rows unaddressable.
 
 A new table changes no table a reader already has: ``exception`` lets it through.
 
@@ -35,7 +45,8 @@ from thl_topics.schema_change import ChangeKind, SchemaChange
 SchemaChangeMode = Literal["evolve", "lenient", "exception", "ignore"]
 
 #: Changes ``lenient`` keeps on the target rather than following.
-_KEPT = frozenset({ChangeKind.DROP_COLUMN, ChangeKind.DROP_TABLE})
+_KEPT = frozenset({ChangeKind.DROP_COLUMN, ChangeKind.DROP_TABLE,
+                   ChangeKind.RENAME_COLUMN})
 
 
 class Action(StrEnum):

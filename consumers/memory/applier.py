@@ -9,6 +9,7 @@ moved behind the applier's back (``MemoryStore.position`` set by a test).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ from consumers.memory.config import MemoryTarget
 from consumers.position import Position
 from consumers.registry import ApplierContext
 from thl_topics.event import RowAction, RowChange, ThlEvent, ThlValue
+from thl_topics.schema_change import SchemaChange
 
 Key = tuple[ThlValue, ...]
 
@@ -52,8 +54,9 @@ class MemoryApplier:
         self._random = random.Random(cfg.seed)  # noqa: S311 - faults, not secrets
         self._open: list[ThlEvent] | None = None
         self._beats: list[Heartbeat] = []
-        #: Tables a TRUNCATE of the open block empties (after its events, at commit).
-        self._truncates: list[tuple[str, str]] = []
+        #: What the open block's TRUNCATEs, renames and drops do (after its events, at
+        #: commit).
+        self._restructures: list[Callable[[], None]] = []
         self._expected: int | None = None
         self.connected = False
 
@@ -66,7 +69,7 @@ class MemoryApplier:
         return pos
 
     def begin(self) -> None:
-        self._open, self._beats, self._truncates = [], [], []
+        self._open, self._beats, self._restructures = [], [], []
 
     def apply(self, event: ThlEvent) -> None:
         if self._open is None:
@@ -80,7 +83,36 @@ class MemoryApplier:
         self._beats.append(beat)
 
     def truncate(self, schema: str, table: str, event: ThlEvent) -> None:
-        self._truncates.append((schema, table))
+        self._restructures.append(lambda: self._drop((schema, table)))
+
+    def rename_table(self, change: SchemaChange, event: ThlEvent) -> None:
+        old, new = (change.schema, change.table), (change.new_schema or change.schema,
+                                                   change.new_name or change.table)
+
+        def rename() -> None:
+            if old in self.store.tables and new not in self.store.tables:
+                self.store.tables[new] = self.store.tables.pop(old)
+            if old in self.store.keyless and new not in self.store.keyless:
+                self.store.keyless[new] = self.store.keyless.pop(old)
+        self._restructures.append(rename)
+
+    def rename_column(self, change: SchemaChange, keep_old: bool, event: ThlEvent) -> None:
+        old, new = change.column or "", change.new_name or ""
+
+        def rename() -> None:
+            name = (change.schema, change.table)
+            for row in [*self.store.tables.get(name, {}).values(),
+                        *self.store.keyless.get(name, [])]:
+                if old in row and new not in row:
+                    row[new] = row[old] if keep_old else row.pop(old)
+        self._restructures.append(rename)
+
+    def drop_table(self, change: SchemaChange, event: ThlEvent) -> None:
+        self._restructures.append(lambda: self._drop((change.schema, change.table)))
+
+    def _drop(self, name: tuple[str, str]) -> None:
+        self.store.tables.pop(name, None)
+        self.store.keyless.pop(name, None)
 
     def commit(self, position: Position) -> None:
         events, self._open = self._open, None
@@ -103,9 +135,8 @@ class MemoryApplier:
                                         seqno=event.seqno) from exc
             if event.last_frag:
                 self.store.applied[event.seqno] = self.store.applied.get(event.seqno, 0) + 1
-        for name in self._truncates:
-            self.store.tables.pop(name, None)
-            self.store.keyless.pop(name, None)
+        for restructure in self._restructures:
+            restructure()
         for beat in self._beats:
             self.store.heartbeats[beat.id] = beat
         self.store.blocks.append([(e.seqno, e.fragno) for e in events])

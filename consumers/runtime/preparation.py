@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import cast
 
-from consumers.applier import Applier, StatementPolicy, Truncates
+from consumers.applier import Applier, Restructures, StatementPolicy, Truncates
 from consumers.check import check_of
 from consumers.errors import ConsumerError, DataError
 from consumers.heartbeat import HEARTBEAT_TABLE, Heartbeat, heartbeats
@@ -45,9 +45,12 @@ class Preparation:
         self.checks = checks
         self.pending = pending
         self.schema_changes = schema_changes
-        #: The target does not replay statements, so it empties truncated tables itself.
-        self.truncating = self.capabilities.statements is not StatementPolicy.APPLY \
-            and isinstance(applier, Truncates)
+        replays = self.capabilities.statements is StatementPolicy.APPLY
+        #: The change kinds the applier carries out itself, since it does not replay the
+        #: statement (``Truncates``, ``Restructures``).
+        self.carried: frozenset[ChangeKind] = frozenset() if replays else frozenset(
+            ({ChangeKind.TRUNCATE} if isinstance(applier, Truncates) else set())
+            | (_RESTRUCTURES if isinstance(applier, Restructures) else set()))
 
     def start_session(self) -> None:
         """Before a session streams: what it must know afresh."""
@@ -62,12 +65,12 @@ class Preparation:
             self.checks.check(check, event, applier)
             return
         try:
-            truncated = self.truncates(event)
+            carried = self.carried_out(event)
             prepared, beats = self.prepare(event)
             if prepared.data:
                 applier.apply(prepared)
-            for schema, table in truncated:
-                cast(Truncates, applier).truncate(schema, table, event)
+            for change, done in carried:
+                _carry_out(applier, change, done, event)
             for beat in beats:
                 applier.heartbeat(beat)
         except ConsumerError as exc:
@@ -114,19 +117,20 @@ class Preparation:
         return [c for item in event.data if isinstance(item, Statement)
                 for c in item.schema_changes or () if self.filter.keeps(c.schema, c.table)]
 
-    def truncates(self, event: ThlEvent) -> list[tuple[str, str]]:
-        """The tables this group empties for the event's TRUNCATEs (where the target does
-        not replay the statement itself; the statement is then left out like any other);
-        a DataError at the event's first schema change in ``exception`` mode."""
-        truncated = []
+    def carried_out(self, event: ThlEvent) -> list[tuple[SchemaChange, Action]]:
+        """The event's schema changes the applier carries out itself (where the target does
+        not replay the statement; the statement is then left out like any other), each with
+        what the group's mode makes of it; a DataError at the event's first schema change
+        in ``exception`` mode."""
+        carried: list[tuple[SchemaChange, Action]] = []
         for change in self._kept_changes(event):
             done = action(self.schema_changes, change)
             if done is Action.STOP:
                 raise stopped(change, event.seqno, event.event_id)
-            if self.truncating and change.kind is ChangeKind.TRUNCATE \
-                    and done is Action.APPLY:
-                truncated.append((change.schema, change.table))
-        return truncated
+            if change.kind in self.carried and (done is Action.APPLY or (
+                    done is Action.KEEP and change.kind is ChangeKind.RENAME_COLUMN)):
+                carried.append((change, done))
+        return carried
 
     def _admits(self, item: DataItem, event: ThlEvent) -> bool:
         """Whether the applier gets ``item`` (DataError where it declared it cannot take it)."""
@@ -143,9 +147,8 @@ class Preparation:
         policy = self.capabilities.statements
         if policy is StatementPolicy.APPLY:
             return True
-        if self.truncating and item.schema_changes and all(
-                c.kind is ChangeKind.TRUNCATE for c in item.schema_changes):
-            return False  # carried out by ``truncate``
+        if item.schema_changes and all(c.kind in self.carried for c in item.schema_changes):
+            return False  # carried out by the applier itself
         if policy is StatementPolicy.ERROR:
             raise DataError(
                 f"seqno {event.seqno} holds a statement event, which {self.applier.target} "
@@ -159,9 +162,26 @@ class Preparation:
         and so is a check: it must see every earlier seqno committed."""
         if META_CHECK in event.metadata:
             return True
-        if self.truncating and any(c.kind is ChangeKind.TRUNCATE
-                                   for c in self._kept_changes(event)):
+        if any(c.kind in self.carried for c in self._kept_changes(event)):
             return True
         return self.capabilities.statements is StatementPolicy.APPLY and any(
             isinstance(item, Statement) and not is_transactional(item.sql)
             for item in event.data)
+
+
+#: What a ``Restructures`` applier carries out.
+_RESTRUCTURES = frozenset({ChangeKind.RENAME_TABLE, ChangeKind.RENAME_COLUMN,
+                           ChangeKind.DROP_TABLE})
+
+
+def _carry_out(applier: Applier, change: SchemaChange, done: Action, event: ThlEvent) -> None:
+    if change.kind is ChangeKind.TRUNCATE:
+        cast(Truncates, applier).truncate(change.schema, change.table, event)
+        return
+    follower = cast(Restructures, applier)
+    if change.kind is ChangeKind.RENAME_TABLE:
+        follower.rename_table(change, event)
+    elif change.kind is ChangeKind.RENAME_COLUMN:
+        follower.rename_column(change, done is Action.KEEP, event)
+    elif change.kind is ChangeKind.DROP_TABLE:
+        follower.drop_table(change, event)

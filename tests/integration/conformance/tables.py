@@ -68,9 +68,12 @@ BLOBS = Table(
     "CREATE TABLE {s}.blobs (id INT PRIMARY KEY, b LONGBLOB, t LONGTEXT) DEFAULT CHARSET=utf8mb4",
     ("id", "b", "t"), ("id",))
 
+#: ITEMS after ``RENAME TABLE items TO goods`` and ``RENAME COLUMN name TO label``.
+GOODS = Table("goods", "", ("id", "label", "qty", "price"), ("id",))
+
 ALL = (READY, ITEMS, COMPOSITE, NOPK, TYPES, HOSTILE, BIG, GENERATED, BLOBS)
 
-__all__ = ["ALL", "BIG", "BLOBS", "COMPOSITE", "GENERATED", "HOSTILE", "ITEMS", "NOPK",
+__all__ = ["ALL", "BIG", "BLOBS", "COMPOSITE", "GENERATED", "GOODS", "HOSTILE", "ITEMS", "NOPK",
            "READY", "TYPES", "TYPES_ROWS", "Table"]
 
 

@@ -22,6 +22,7 @@ from .tables import (
     BLOBS,
     COMPOSITE,
     GENERATED,
+    GOODS,
     HOSTILE,
     ITEMS,
     NOPK,
@@ -218,12 +219,12 @@ def test_truncate_empties_the_table_and_a_restart_right_after_it_changes_nothing
     assert svc.compare(ITEMS, COMPOSITE) == {"items": 3, "composite": composite}
 
 
-def test_a_column_widened_on_the_source_takes_its_wider_values(
-        conformance: Conformance) -> None:
+def test_widened_and_narrowed_columns_take_their_values(conformance: Conformance) -> None:
     """``MODIFY qty BIGINT`` (was INT) between writes, then values beyond 2^31: every kind
     follows (PostgreSQL widens its column, Elasticsearch maps integers as long from the
     start, the warehouse widens the Delta column, Avro promotes int to long), and a restart
-    right after the change finds nothing to redo."""
+    right after the change finds nothing to redo. Then ``MODIFY price DECIMAL(10,2)`` (was
+    (12,2)): the target keeps its wider column and takes the rows written after it."""
     svc = conformance
     svc.start()
     svc.create(ITEMS)
@@ -231,10 +232,13 @@ def test_a_column_widened_on_the_source_takes_its_wider_values(
     s = svc.schema
     _restart_right_after(svc, f"ALTER TABLE {s}.items MODIFY qty BIGINT",
                          f"INSERT INTO {s}.items VALUES (10, 'wide', 5000000000, 1.25)")
-    svc.src(f"UPDATE {s}.items SET qty = -5000000000 WHERE id = 1")
+    svc.src(f"UPDATE {s}.items SET qty = -5000000000 WHERE id = 1",
+            f"ALTER TABLE {s}.items MODIFY price DECIMAL(10,2)",
+            f"INSERT INTO {s}.items VALUES (11, 'narrow', 1, 12345678.25)",
+            f"UPDATE {s}.items SET price = 0.5 WHERE id = 2")
     svc.wait_source_applied()
     assert svc.status()["state"] == "ONLINE"
-    assert svc.compare(ITEMS) == {"items": 4}
+    assert svc.compare(ITEMS) == {"items": 5}
 
 
 def test_a_dropped_column_is_kept_and_checks_stay_equal(conformance: Conformance) -> None:
@@ -255,6 +259,57 @@ def test_a_dropped_column_is_kept_and_checks_stay_equal(conformance: Conformance
     checked = _check(svc, f"{s}.items")
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert " equal" in checked.stdout and "different" not in checked.stdout, checked.stdout
+
+
+def _renamed(svc: Conformance) -> None:
+    """items and big with rows; items renamed to goods (a restart right after), its name
+    column to label; then updates and deletes of the rows written before the renames (one
+    row left as it was), an insert, and ``DROP TABLE big``."""
+    svc.start()
+    svc.create(ITEMS, BIG)
+    _items(svc, 0, 4)
+    s = svc.schema
+    svc.src(f"INSERT INTO {s}.big VALUES (1, 'kept?')")
+    _restart_right_after(svc, f"RENAME TABLE {s}.items TO {s}.goods")
+    svc.src(f"ALTER TABLE {s}.goods RENAME COLUMN name TO label",
+            f"UPDATE {s}.goods SET qty = 40 WHERE id = 0",
+            f"UPDATE {s}.goods SET label = 'relabelled' WHERE id = 1",
+            f"DELETE FROM {s}.goods WHERE id = 2",
+            f"INSERT INTO {s}.goods VALUES (10, 'after the renames', 4, 1.5)",
+            f"DROP TABLE {s}.big")
+    svc.wait_source_applied()
+    assert svc.status()["state"] == "ONLINE"
+    assert svc.compare(GOODS) == {"goods": 4}
+    assert svc.kind.columns(s, "items") is None
+
+
+def test_renamed_tables_and_columns_keep_their_rows(conformance: Conformance) -> None:
+    """``schema_changes: lenient`` (the default): a renamed table's target (table, index,
+    collection, Delta table, topic) follows with the rows written before the rename, a
+    renamed column is added beside the old one and filled from it, so updates of earlier
+    rows land on them; a restart right after the rename changes nothing; ``trepctl check``
+    finds the table equal; a dropped table is kept (the MySQL family replays the drop)."""
+    svc = conformance
+    _renamed(svc)
+    s = svc.schema
+    columns = svc.kind.columns(s, "goods")
+    assert columns is not None and {"label", "qty"} <= columns, columns
+    checked = _check(svc, f"{s}.goods")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert " equal" in checked.stdout and "different" not in checked.stdout, checked.stdout
+    kept = svc.kind.columns(s, "big")
+    assert (kept is None) if svc.kind.replays_ddl else (kept is not None), kept
+
+
+def test_schema_changes_evolve_renames_and_drops(conformance: Conformance) -> None:
+    """``schema_changes: evolve``: the same renames, and the old column goes; so does the
+    dropped table."""
+    svc = conformance
+    svc.configure(group={"schema_changes": "evolve"})
+    _renamed(svc)
+    columns = svc.kind.columns(svc.schema, "goods")
+    assert columns is not None and "label" in columns and "name" not in columns, columns
+    assert svc.kind.columns(svc.schema, "big") is None
 
 
 def test_schema_changes_exception_stops_at_the_first_change(conformance: Conformance) -> None:

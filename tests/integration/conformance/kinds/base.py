@@ -39,6 +39,9 @@ class Kind(abc.ABC):
     zero_dates_kept: bool = False
     #: Extra seconds a spawned trep-run needs before it applies (a Spark JVM to start).
     startup_s: float = 0.0
+    #: The target replays DDL statements (MySQL family): a dropped table goes in every
+    #: ``schema_changes`` mode but ``exception``.
+    replays_ddl: bool = False
     #: The largest row the store holds (None: at least the 64 MiB the suite writes); a
     #: larger one stops the group with a data error that names table, column, seqno, size
     #: and what would help.
@@ -61,6 +64,11 @@ class Kind(abc.ABC):
     def normalize(self, table: Table, row: Row) -> Row:
         """A source row in the form ``rows`` gives back (default: unchanged)."""
         return row
+
+    @abc.abstractmethod
+    def columns(self, schema: str, name: str) -> set[str] | None:
+        """The column (field) names the target holds for the source table ``name`` (None:
+        it has no such table; change topics: no live row)."""
 
     @abc.abstractmethod
     def empty(self, schema: str, tables: Sequence[Table]) -> None:

@@ -119,6 +119,13 @@ class ChangesKind(Kind):
         state = materialize(reader.records([self._topic(schema, table)]), bool(table.key))
         return [tuple(_comparable(c, row.get(c)) for c in table.columns) for row in state]
 
+    def columns(self, schema: str, name: str) -> set[str] | None:
+        """The fields of the rows readers hold (None: no live row)."""
+        reader = ChangeReader(self.bootstrap, self.registry_url)
+        topic = f"{self.service}.{schema}.{name}"
+        state = materialize(reader.records([topic]), True)
+        return {field for row in state for field in row} or None
+
     def explain(self, schema: str, table: Table) -> str:
         """Every record of the table's topic, read committed and uncommitted, with each
         partition's watermarks: whether a missing row was never published, aborted, or

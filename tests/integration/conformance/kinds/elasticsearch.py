@@ -18,6 +18,7 @@ from elasticsearch import Elasticsearch
 
 from consumers.elasticsearch.naming import index_name
 from consumers.elasticsearch.readback import read_rows
+from consumers.elasticsearch.types import DOCUMENT_FIELDS, INTERNAL_FIELDS
 from stack.service import Service
 
 from ..tables import Table
@@ -82,6 +83,26 @@ class ElasticsearchKind(Kind):
                     for row in read_rows(es, self.index(schema, table))]
         finally:
             es.close()
+
+    def columns(self, schema: str, name: str) -> set[str] | None:
+        """The mapping's fields that ``_meta`` lists as the table's columns: a mapped field
+        cannot be removed, so a column renamed in ``evolve`` mode stays mapped, without
+        values, and only ``_meta`` stops listing it; the applier's own fields are left
+        out."""
+        es = self.client()
+        try:
+            index = index_name(TEMPLATE, "", schema, name)
+            if not es.indices.exists(index=index):
+                return None
+            found = es.indices.get_mapping(index=index).body
+        finally:
+            es.close()
+        mapping = next(iter(found.values()))["mappings"]
+        fields = set(mapping.get("properties") or {}) - set(INTERNAL_FIELDS) \
+            - set(DOCUMENT_FIELDS)
+        listed = {c["name"] for c in
+                  ((mapping.get("_meta") or {}).get("tungsten") or {}).get("columns", [])}
+        return fields & listed
 
     def normalize(self, table: Table, row: Row) -> Row:
         return tuple(exact(c, v) for c, v in zip(table.columns, row, strict=True))

@@ -6,8 +6,9 @@ as themselves, and every value Python would compare loosely wrapped in a type of
 with ordered fields), so an int never equals a double or a bool, a decimal string keeps its
 scale, bytes stay bytes.
 ``rows`` reads documents (tombstones left out, ``_id``/``_seqno`` ignored: they are
-bookkeeping); ``normalize`` turns a source row into what the documented type map
-(``consumers/mongodb/types.py``) must have stored, written here independently of it.
+bookkeeping; so are fields of kept columns); ``normalize`` turns a source row into what the
+documented type map (``consumers/mongodb/types.py``) must have stored, written here
+independently of it.
 FerretDB has no Decimal128: DECIMALs and integers beyond 64 bits are exact strings there.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +26,10 @@ from typing import Any
 from bson.decimal128 import Decimal128
 from pymongo import MongoClient
 
-from consumers.mongodb.naming import escape_name, field_name
+from consumers.mongodb.config import MongoTarget
+from consumers.mongodb.naming import escape_name, field_name, namespace
+from consumers.mongodb.server import is_ferretdb
+from consumers.mongodb.types import DELETED, RESERVED
 from stack.service import Service
 
 from ..tables import Table
@@ -126,6 +131,11 @@ def _integer(value: int) -> Any:
     return value if _INT64[0] <= value <= _INT64[1] else str(value)
 
 
+def _column(field: str) -> str:
+    """The column a (percent-encoded) field stands for (``naming.field_name`` backwards)."""
+    return re.sub("%([0-9A-F]{2})", lambda m: chr(int(m.group(1), 16)), field)
+
+
 def expected(table: str, column: str, value: Any) -> Any:
     """What the type map stores for a source value (as pymysql returns it)."""
     where = (table, column)
@@ -199,13 +209,23 @@ class MongoDBKind(Kind):
         for doc in self.documents(schema, table.name):
             missing = [f for f in fields if f not in doc]
             assert not missing, f"document {doc['_id']!r} lacks {missing}"
-            extra = set(doc) - set(fields) - {"_id", "_seqno", "_op"}
-            assert not extra, f"document {doc['_id']!r} has extra fields {extra}"
+            # Other fields are columns kept by ``schema_changes: lenient`` (dropped, or the
+            # old name of a renamed one), left out like a SQL kind's kept columns.
             out.append(tuple(strict(doc[f]) for f in fields))
         return out
 
     def normalize(self, table: Table, row: Row) -> Row:
         return tuple(expected(table.name, c, v) for c, v in zip(table.columns, row, strict=True))
+
+    def columns(self, schema: str, name: str) -> set[str] | None:
+        """The columns behind the fields of the table's live documents (the applier's own
+        fields left out), through the applier's naming rule; None if no live document."""
+        with self.client() as client:
+            ns = namespace(MongoTarget(url=f"mongodb://127.0.0.1:{self.port}/"), "", schema,
+                           name, is_ferretdb(client))
+            coll = client[ns.database][ns.collection]
+            fields = {f for doc in coll.find({DELETED: {"$exists": False}}) for f in doc}
+        return {_column(f) for f in fields - RESERVED} or None
 
     def empty(self, schema: str, tables: Sequence[Table]) -> None:
         with self.client() as client:

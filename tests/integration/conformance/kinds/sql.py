@@ -19,6 +19,7 @@ from .base import Kind, Row
 class MariaDBKind(Kind):
     name = "mariadb"
     zero_dates_kept = True
+    replays_ddl = True
     servers = ("mariadb_target",)
     down = "mariadb_target"
 
@@ -53,6 +54,11 @@ class MariaDBKind(Kind):
 
     def rows(self, schema: str, table: Table) -> list[Row]:
         return self._sql(f"SELECT {mysql_columns(table)} FROM {schema}.{mysql_name(table)}")
+
+    def columns(self, schema: str, name: str) -> set[str] | None:
+        found = self._sql("SELECT column_name FROM information_schema.columns WHERE "
+                          f"table_schema = '{schema}' AND table_name = '{name}'")
+        return {r[0] for r in found} or None
 
     def empty(self, schema: str, tables: Sequence[Table]) -> None:
         # The replay runs the CREATE TABLEs again.
@@ -115,6 +121,11 @@ class PostgreSQLKind(Kind):
 
     def normalize(self, table: Table, row: Row) -> Row:
         return self._normal(table, row)
+
+    def columns(self, schema: str, name: str) -> set[str] | None:
+        found = self._sql("SELECT column_name FROM information_schema.columns WHERE "
+                          f"table_schema = '{schema}' AND table_name = '{name}'")
+        return {r[0] for r in found} or None
 
     def empty(self, schema: str, tables: Sequence[Table]) -> None:
         # The replay makes the schema and its tables again from the THL.

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
+from consumers.warehouse.merge import HISTORY_META, MIRROR_META
 from consumers.warehouse.naming import path_safe
 from stack.service import Service
 from stack.services.spark import warehouse_spark
@@ -64,8 +65,23 @@ class WarehouseKind(Kind):
 
     def path(self, schema: str, table: Table) -> str:
         """The Delta table of ``schema.table`` (a file:// URI)."""
+        return self._path(schema, table.name)
+
+    def _path(self, schema: str, name: str) -> str:
         assert self.location is not None
-        return f"file://{self.location}/{path_safe(schema)}/{path_safe(table.name)}"
+        return f"file://{self.location}/{path_safe(schema)}/{path_safe(name)}"
+
+    def columns(self, schema: str, name: str) -> set[str] | None:
+        """The Delta table's columns but the warehouse's own (``_seqno``...)."""
+        from delta.tables import DeltaTable
+
+        spark = live_session()
+        path = self._path(schema, name)
+        if not DeltaTable.isDeltaTable(spark, path):
+            return None
+        own = {n for n, _ in (*MIRROR_META, *HISTORY_META)}
+        return {f.name for f in spark.read.format("delta").load(path).schema.fields
+                if f.name not in own}
 
     def rows(self, schema: str, table: Table) -> list[Row]:
         found = delta_rows(self.path(schema, table), table.columns)

@@ -328,6 +328,30 @@ def test_a_truncate_empties_the_table_in_a_block_of_its_own() -> None:
     assert set(target.store.applied.values()) == {1}
 
 
+def _restructure(*changes: SchemaChange) -> Statement:
+    return Statement("ALTER ...", schema_changes=list(changes))
+
+
+def test_renames_and_drops_follow_the_mode_in_blocks_of_their_own() -> None:
+    """lenient: a renamed table keeps its rows, a renamed column is added beside the old
+    one (filled from it), a dropped table stays; evolve renames and drops."""
+    rename = _restructure(SchemaChange(ChangeKind.RENAME_TABLE, "db", "t", new_name="t2",
+                                       new_schema="db"))
+    column = _restructure(SchemaChange(ChangeKind.RENAME_COLUMN, "db", "t2", column="v",
+                                       new_name="w"))
+    drop = _restructure(SchemaChange(ChangeKind.DROP_TABLE, "db", "other"))
+    records = [_rec(0, 0, data=[_row(1), _row(2, table="other")]), _rec(1, 1, data=[rename]),
+               _rec(2, 2, data=[column]), _rec(3, 3, data=[drop])]
+    target, _, _ = _run(records, _at(3))
+    assert target.rows("db", "t") == []
+    assert target.rows("db", "t2") == [{"id": 1, "v": "v1", "w": "v1"}]
+    assert target.rows("db", "other") == [{"id": 2, "v": "v2"}]
+    assert target.store.blocks[1:] == [[], [], []]  # each in a block of its own
+    target, _, _ = _run(records, _at(3), group=_group(schema_changes="evolve"))
+    assert target.rows("db", "t2") == [{"id": 1, "w": "v1"}]
+    assert ("db", "other") not in target.store.tables
+
+
 def test_schema_changes_exception_stops_at_the_change_and_ignore_keeps_the_rows() -> None:
     alter = Statement("ALTER TABLE db.t ADD c INT", schema_changes=[
         SchemaChange(ChangeKind.ADD_COLUMN, "db", "t", column="c", column_type="INT")])
