@@ -17,8 +17,9 @@ written in the same transaction as the data it covers (atomicity: transactional)
 
 Where each part lives: ``rows.py`` (row changes into batches, values adapted),
 ``batches.py`` (batches and round trips), ``tables.py`` (reflected, made and evolved
-tables), ``replay.py`` (statement events), ``positions.py`` (the tracking schema),
-``readback.py`` (consistency checks).
+tables), ``replay.py`` (statement events), ``restructure.py`` (renamed and dropped tables
+and renamed columns where statements are not replayed), ``positions.py`` (the tracking
+schema), ``readback.py`` (consistency checks).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from consumers.sql.errors import classify
 from consumers.sql.naming import SqlNames
 from consumers.sql.positions import SqlChannelStore, SqlTracking
 from consumers.sql.replay import StatementReplay
+from consumers.sql.restructure import Restructurer
 from consumers.sql.rows import RowWriter
 from consumers.sql.tables import TargetTables
 from consumers.sql.types import policy_for
@@ -55,6 +57,7 @@ from replicator import crashpoints
 from replicator.sql_names import is_trigger_statement
 from replicator.tracking import PositionMoved
 from thl_topics.event import RowChange, Statement, ThlEvent, ThlValue
+from thl_topics.schema_change import SchemaChange
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +96,7 @@ class SqlApplier:
                                                   cfg.nul_characters),
                                ctx.metrics, self._tables, self._batches)
         self._replay = StatementReplay(target)
+        self._restructure = Restructurer(target, self._tables, self._run_ddl, self._classify)
         self._engine: sa.Engine | None = None
         self._conn: sa.Connection | None = None
         self._txn: sa.RootTransaction | None = None
@@ -239,6 +243,25 @@ class SqlApplier:
                                  event.seqno) from exc
         log.info("%s: %s emptied at seqno %d (TRUNCATE at the source): %d row(s)",
                  self.target, target.qualified, event.seqno, done.rowcount)
+
+    # -- renamed and dropped tables and columns (targets that do not replay DDL) -----------
+
+    def rename_table(self, change: SchemaChange, event: ThlEvent) -> None:
+        """The table follows the source's rename with its rows (``consumers.sql.restructure``;
+        on PostgreSQL in the block's transaction)."""
+        self._batches.flush()
+        self._restructure.rename_table(change, event.seqno)
+
+    def rename_column(self, change: SchemaChange, keep_old: bool, event: ThlEvent) -> None:
+        """Renamed (evolve, or a key column), or added beside the kept old one and filled
+        from it (lenient)."""
+        self._batches.flush()
+        self._restructure.rename_column(change, keep_old, event.seqno)
+
+    def drop_table(self, change: SchemaChange, event: ThlEvent) -> None:
+        """The table goes with its rows (evolve)."""
+        self._batches.flush()
+        self._restructure.drop_table(change, event.seqno)
 
     def heartbeat(self, beat: Heartbeat) -> None:
         """Upsert the heartbeat row with this target's arrival time and lag."""

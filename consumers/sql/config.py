@@ -34,8 +34,9 @@ class SqlTarget(BaseModel):
     #: target would do it a second time; ``apply`` replays them like other statements.
     triggers: Literal["skip", "apply"] = "skip"
     #: Create a table the THL names and the target lacks (schema too), add a column a row
-    #: image has and the table lacks, widen a column whose source type widened; stop on a
-    #: column dropped or narrowed on the source (see the README's type map). Default: on
+    #: image has and the table lacks, widen a column whose source type widened; a column
+    #: dropped or narrowed on the source follows ``schema_changes`` (see the README's
+    #: "Schema changes as data"). Default: on
     #: for PostgreSQL and Oracle; MySQL-family targets get their tables from the replayed
     #: DDL and cannot turn it on.
     create_tables: bool | None = None

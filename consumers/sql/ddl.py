@@ -19,7 +19,13 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
-from sqlalchemy.schema import CreateColumn, CreateSchema, CreateTable, SetColumnComment
+from sqlalchemy.schema import (
+    CreateColumn,
+    CreateSchema,
+    CreateTable,
+    DropTable,
+    SetColumnComment,
+)
 
 from consumers.sql.types import SqlType, column_type, integer_range
 from thl_topics.event import ColumnSpec
@@ -209,6 +215,61 @@ def drop_column(table: sa.Table, column: str, dialect: Dialect) -> list[Ddl]:
     """ALTER TABLE DROP COLUMN (a column dropped on the source, ``schema_changes: evolve``)."""
     quoted = dialect.identifier_preparer.quote(column)
     return [f"ALTER TABLE {_table_name(table, dialect)} DROP COLUMN {quoted}"]
+
+
+def rename_table(table: sa.Table, schema: str, name: str, dialect: Dialect
+                 ) -> list[Ddl]:
+    """The DDL that makes ``table`` the table ``schema.name`` with its rows (a source
+    ``RENAME TABLE``): ``ALTER TABLE ... RENAME TO`` and, where the schema changes,
+    ``SET SCHEMA`` (PostgreSQL, the schema made first as a new table's is). Oracle renames
+    in its schema only (``ALTER TABLE s.a RENAME TO b``): a move to another schema is a
+    ValueError there."""
+    preparer = dialect.identifier_preparer
+    out: list[Ddl] = []
+    moved = table
+    if schema != table.schema:
+        if dialect.name != "postgresql":
+            raise ValueError(f"{dialect.name} cannot move a table to another schema "
+                             f"({table.schema} -> {schema})")
+        moved = new_table(schema, table.name, [], dialect)
+        out.append(CreateSchema(moved.schema or schema, if_not_exists=True))
+        out.append(f"ALTER TABLE {_table_name(table, dialect)} SET SCHEMA "
+                   f"{preparer.quote_identifier(schema)}")
+    if name != table.name:
+        # Forced quotes, as ``new_table`` makes the table (``quote=True``).
+        out.append(f"ALTER TABLE {_table_name(moved, dialect)} RENAME TO "
+                   f"{preparer.quote_identifier(name)}")
+    return out
+
+
+def rename_column(table: sa.Table, old: str, new: str, dialect: Dialect) -> list[Ddl]:
+    """ALTER TABLE RENAME COLUMN (the same text on PostgreSQL and Oracle)."""
+    quote = dialect.identifier_preparer.quote
+    return [f"ALTER TABLE {_table_name(table, dialect)} RENAME COLUMN {quote(old)} TO "
+            f"{quote(new)}"]
+
+
+def allow_null(table: sa.Table, column: str, dialect: Dialect) -> list[Ddl]:
+    """Make a column nullable (a column kept after the source renamed or dropped it)."""
+    name, quoted = _table_name(table, dialect), dialect.identifier_preparer.quote(column)
+    if dialect.name == "oracle":
+        return [f"ALTER TABLE {name} MODIFY ({quoted} NULL)"]
+    return [f"ALTER TABLE {name} ALTER COLUMN {quoted} DROP NOT NULL"]
+
+
+def copy_column(table: sa.Table, old: str, new: str) -> sa.Update:
+    """``UPDATE t SET new = old WHERE new IS NULL``: a renamed column kept beside its new
+    one fills it for the rows already there (a replay leaves the rows it filled alone)."""
+    t = sa.Table(table.name, sa.MetaData(), sa.Column(old, sa.types.NullType()),
+                 sa.Column(new, sa.types.NullType()), schema=table.schema, quote=True,
+                 quote_schema=True)
+    return sa.update(t).values({t.c[new]: t.c[old]}).where(t.c[new].is_(None))
+
+
+def drop_table(table: sa.Table) -> list[Ddl]:
+    """DROP TABLE (a table dropped on the source, ``schema_changes: evolve``); the caller
+    checks that it exists: Oracle before 23 has no ``IF EXISTS``."""
+    return [DropTable(table)]
 
 
 def widen_column(table: sa.Table, column: sa.Column[object], old: SqlType,

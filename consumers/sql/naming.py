@@ -15,12 +15,28 @@ so statements, checks and read-back use source names and reach the cut ones.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import overload
 
 from sqlalchemy.engine import Dialect
+from sqlalchemy.sql.elements import quoted_name
 
 from consumers.naming import NamePolicy, StoreRule
 from consumers.sql.config import MYSQL_FAMILY
 from thl_topics.event import ColumnSpec
+
+
+@overload
+def exact(name: str) -> quoted_name: ...
+
+
+@overload
+def exact(name: None) -> None: ...
+
+
+def exact(name: str | None) -> quoted_name | None:
+    """A target schema or table name as the applier makes it (quoted: ``ddl.new_table``),
+    for reflection: Oracle's would look a lowercase name up in upper case."""
+    return None if name is None else quoted_name(name, True)
 
 
 def identifier_rule(dialect: Dialect) -> StoreRule | None:

@@ -4,8 +4,9 @@ A table is reflected once (its columns' types, generated columns, and the source
 ``create_tables`` recorded in column comments) and then bound to as it is. With
 ``create_tables`` (PostgreSQL and Oracle) a table the target lacks is made from the row
 image of its first change (``ddl.new_table``), and a later row image with new columns, or
-with a source type widened, alters it first; a column dropped, narrowed or changed on the
-source stops the group, since the source rewrote its rows without row events. The DDL runs
+with a source type widened, alters it first; a column dropped or narrowed on the source
+follows ``schema_changes`` (kept; a narrowed one keeps its wider type), and one changed to a
+type the target column cannot hold stops the group. The DDL runs
 through the applier (``run_ddl``): in the block's transaction on PostgreSQL.
 """
 
@@ -26,7 +27,7 @@ from consumers.schema_changes import SchemaChangeMode
 from consumers.sql import ddl
 from consumers.sql.config import MYSQL_FAMILY
 from consumers.sql.context import TargetContext
-from consumers.sql.naming import SqlNames
+from consumers.sql.naming import SqlNames, exact
 from consumers.sql.statements import TargetTable
 from consumers.sql.types import UnmappedType
 from thl_topics.event import ColumnSpec, RowChange
@@ -108,6 +109,20 @@ class TargetTables:
         aliases = self._named(lambda: self.names.aliases(specs), key, -1)
         return self.reflect(*self._named(lambda: self.names.table(*key), key, -1), aliases)
 
+    def target_name(self, schema: str, table: str, seqno: int) -> tuple[str, str]:
+        """The target schema and table of a source table (the row path's naming rule)."""
+        return self._named(lambda: self.names.table(schema, table), (schema, table), seqno)
+
+    def column_name(self, schema: str, table: str, column: str, seqno: int) -> str:
+        """The target name of a source column of ``schema.table``."""
+        return self._named(lambda: self.names.identifier(column, "column"), (schema, table),
+                           seqno)
+
+    def keep(self, qualified: str, column: str) -> None:
+        """A column of the target table ``qualified`` kept beside a renamed one: the row
+        path need not log it as dropped."""
+        self._kept.add((qualified, column))
+
     def _named(self, name: Callable[[], _T], key: tuple[str, str], seqno: int) -> _T:
         """A name of the naming rule; a data error where the target cannot hold it."""
         try:
@@ -142,7 +157,7 @@ class TargetTables:
         """The target table ``schema.table`` as it is now, its columns keyed by source names
         (``aliases``: source name -> target name); None if there is none."""
         try:
-            columns = sa.inspect(self.ctx.db).get_columns(table, schema=schema)
+            columns = sa.inspect(self.ctx.db).get_columns(exact(table), schema=exact(schema))
         except sa_exc.NoSuchTableError:
             return None
         except sa_exc.DBAPIError as exc:
@@ -196,7 +211,9 @@ class TargetTables:
         """Bring a table made from the THL in line with a row image's columns.
 
         New columns are added and widened source types widen their column, in the block's
-        transaction; a column dropped or narrowed on the source stops the group.
+        transaction; a column dropped on the source follows ``schema_changes``; one narrowed
+        keeps its wider column (a stop with ``exception``, or where the old type does not
+        hold every new value, e.g. signed to unsigned).
         """
         layout = tuple((s.name, s.type.upper(), s.length, s.scale, s.unsigned) for s in specs)
         if layout in found.checked:
@@ -230,7 +247,8 @@ class TargetTables:
         (``evolve``), or a stop (``exception``, or a key column)."""
         where = found.qualified
         try:
-            key = sa.inspect(self.ctx.db).get_pk_constraint(found.name, schema=found.schema)
+            key = sa.inspect(self.ctx.db).get_pk_constraint(
+                exact(found.name), schema=exact(found.schema))
         except sa_exc.DBAPIError as exc:
             raise self.ctx.classify(exc, f"reading the primary key of {where}") from exc
         target_keys = set(key.get("constrained_columns") or [])
@@ -258,7 +276,8 @@ class TargetTables:
     def _alterations(self, found: TargetTable, specs: Sequence[ColumnSpec], table: sa.Table,
                      seqno: int) -> list[ddl.Ddl]:
         """The DDL that adds the columns ``found`` lacks and widens the ones whose source type
-        widened; DataError for a column narrowed or changed on the source."""
+        widened; DataError for a column changed on the source to a type the target column
+        cannot hold."""
         where = found.qualified
         dialect = self.ctx.db.dialect
         statements: list[ddl.Ddl] = []
@@ -278,6 +297,14 @@ class TargetTables:
                 table.append_column(column)
                 statements += ddl.widen_column(table, column, found.types[spec.name],
                                                dialect)
+            elif change is ddl.Change.NARROWER and self.schema_changes != "exception" \
+                    and ddl.compare(new, old) is ddl.Change.WIDER:
+                # The column holds every value of the narrower type: written on (issue 28).
+                log.warning(
+                    "%s: column %s of %s narrowed on the source from %s to %s (seqno %d): "
+                    "the target column stays as it is. Values the source rewrote without row "
+                    "events (rounded, cut) keep their old form here: `trepctl check` finds "
+                    "them", self.ctx.target, spec.name, where, old, new, seqno)
             elif change is not ddl.Change.SAME:
                 how = "narrowed" if change is ddl.Change.NARROWER else "changed type"
                 raise DataError(
