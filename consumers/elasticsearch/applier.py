@@ -39,11 +39,14 @@ Tables without a primary key: a document per distinct row, ``_id`` = SHA-256 of 
 (``mget``), adds the changes it has not applied yet (the document records the last
 (seqno, fragment) it applied in ``_applied_seqno``/``_applied_fragno``) and writes them with
 ``if_seq_no``/``if_primary_term``; ``_rows`` reaching 0 deletes the document (``hard``) or
-marks it ``_deleted`` (``tombstone``). After a column change of such a table, rows written
+marks it ``_deleted`` (``tombstone``). A renamed column moves those documents to the hash
+of the renamed row; after any other column change (added, dropped, retyped), rows written
 before it are not found by their new hash: rebuild its index.
 
-Statement events are skipped (policy SKIP: a TRUNCATE or DROP TABLE on the source leaves
-the index as it is); indices and their mappings come from the row
+Statement events are skipped (policy SKIP); the schema changes they carry are followed by
+the applier itself (issue 28): ``truncate`` empties the index, ``rename_table`` clones it
+under the new name, ``rename_column`` rewrites the documents' field, ``drop_table`` deletes
+the index (``restructure.py``). Indices and their mappings come from the row
 changes' column specs (``types.py``): ``dynamic: strict``, a new column is added to the
 mapping before the first document that has it, and the source table and column types are
 recorded in the mapping's ``_meta.tungsten``. Nothing is refreshed: documents become
@@ -74,8 +77,23 @@ from consumers.elasticsearch.naming import (
     index_owners,
 )
 from consumers.elasticsearch.positions import Expected, TrackingIndex
+from consumers.elasticsearch.restructure import (
+    column_writes,
+    follow_rename,
+    owner_of,
+    renamed_columns,
+    renamed_meta,
+    tungsten_meta,
+)
 from consumers.elasticsearch.truncation import empty_index
-from consumers.elasticsearch.types import APPLIED_FRAGNO, APPLIED_SEQNO, DELETED, ROWS, dumps
+from consumers.elasticsearch.types import (
+    APPLIED_FRAGNO,
+    APPLIED_SEQNO,
+    DELETED,
+    INTERNAL_FIELDS,
+    ROWS,
+    dumps,
+)
 from consumers.errors import DataError, TransientError
 from consumers.heartbeat import Heartbeat
 from consumers.naming import NameCollision
@@ -85,8 +103,12 @@ from consumers.registry import ApplierContext
 from consumers.zero_dates import ZeroDateRefused, ZeroDateTally, count_zero_dates
 from replicator import crashpoints
 from thl_topics.event import ColumnSpec, RowChange, ThlEvent, ThlValue
+from thl_topics.schema_change import SchemaChange
 
 log = logging.getLogger(__name__)
+
+#: Documents per bulk request while a renamed column is rewritten.
+_BATCH = 1000
 
 
 class ElasticsearchApplier:
@@ -198,6 +220,175 @@ class ElasticsearchApplier:
                                 "at the source)", seqno=event.seqno) from exc
         log.info("%s: index %s emptied at seqno %d (TRUNCATE at the source): %d document(s)",
                  self.target, found.index, event.seqno, done)
+
+    # -- schema changes (issue 28) -----------------------------------------------------------
+
+    def rename_table(self, change: SchemaChange, event: ThlEvent) -> None:
+        """The table's index is cloned under the new table's name, the old one goes
+        (``restructure.follow_rename``); documents keep their ids and versions."""
+        self._flush()
+        old = self._names(change.schema, change.table, event.seqno)
+        new_schema, new_name = change.new_schema or change.schema, change.new_name or ""
+        new = self._names(new_schema, new_name, event.seqno)
+        what = f"renaming index {old[1]} to {new[1]} (table {change.schema}.{change.table} " \
+            f"renamed to {new_schema}.{new_name})"
+        if new[1] == self._tracking.index:
+            raise DataError(f"{self.target}: table {new_schema}.{new_name} would go to index "
+                            f"{new[1]}, the replicator's tracking index; name another one in "
+                            f"`indices` (seqno {event.seqno})", seqno=event.seqno)
+        self._forget_names(old[1], (change.schema, change.table), (new_schema, new_name))
+        try:
+            done = self._rename_index(change, old, new, (new_schema, new_name))
+        except (ApiError, TransportError) as exc:
+            raise request_error(exc, self.target, what, seqno=event.seqno) from exc
+        self._forget_names(new[1], (new_schema, new_name))
+        log.info("%s: %s at seqno %d: %s", self.target, what, event.seqno, {
+            "absent": "no such index (never made here, or renamed already): nothing to do",
+            "both": "both indices exist and the old one is not being renamed: left alone",
+            "other": "the index holds another table: left alone",
+            "renamed": "done"}[done])
+
+    def _rename_index(self, change: SchemaChange, old: tuple[str, str],
+                      new: tuple[str, str], to: tuple[str, str]) -> str:
+        meta = tungsten_meta(self.es, old[1])
+        if meta is None:
+            return "absent"
+        if owner_of(meta) == (self.service, *to):
+            return "absent"  # one index for both names, its owner changed already
+        if owner_of(meta) != (self.service, change.schema, change.table):
+            return "other"
+        renamed = renamed_meta(meta, *to)
+        if old[1] == new[1]:  # both names make the same index: only its owner changes
+            self.es.indices.put_mapping(index=new[1], meta=renamed)
+            return "renamed"
+        alias = (new[0], {"bool": {"must_not": {"term": {DELETED: True}}}}) \
+            if self.tombstones else None
+        return follow_rename(self.es, old[1], new[1], renamed, alias, self.target)
+
+    def rename_column(self, change: SchemaChange, keep_old: bool, event: ThlEvent) -> None:
+        """The new field gets the old one's mapping and every document that has the old
+        field gets the new one (``restructure.column_writes``): moved (``evolve``), or copied
+        with the old one kept (``lenient``; a key column is moved all the same). The old
+        field stays in the mapping (Elasticsearch cannot remove one); ``_meta`` no longer
+        lists it when moved."""
+        self._flush()
+        old, new = change.column or "", change.new_name or ""
+        table = self._existing(change.schema, change.table, event.seqno)
+        what = f"renaming column {old} to {new} of table {change.schema}.{change.table}"
+        if table is None:
+            log.info("%s: %s at seqno %d: no index of the table here: nothing to do",
+                     self.target, what, event.seqno)
+            return
+        if new in INTERNAL_FIELDS or new in self.cfg.document_fields:
+            raise DataError(f"{self.target}: {what} (seqno {event.seqno}): {new} is the name "
+                            "of a field the replicator adds to every document; drop that "
+                            "document field from the target's `document_fields`, or rename "
+                            "the column with a filter", seqno=event.seqno)
+        try:
+            keep_old = keep_old and not self._is_key(table, old, new)
+            self._rename_field(table, old, new, keep_old, event.seqno)
+            self.es.indices.refresh(index=table.index)
+            writes = column_writes(self.es, table, old, new, keep_old, event.seqno,
+                                   frozenset(self.cfg.document_fields))
+            done = self._send_all(writes)
+            self.es.indices.refresh(index=table.index)
+        except (ApiError, TransportError) as exc:
+            raise request_error(exc, self.target, f"{what} (index {table.index})",
+                                seqno=event.seqno) from exc
+        finally:
+            # The next row reads the mapping and ``_meta`` afresh.
+            self._forget_table(table)
+        log.info("%s: %s (index %s, %s) at seqno %d: %d document(s)", self.target, what,
+                 table.index, "old field kept" if keep_old else "moved", event.seqno, done)
+
+    def _is_key(self, table: TableIndex, old: str, new: str) -> bool:
+        # A replay finds the spec under the new name already.
+        spec = table.columns.get(old) or table.columns.get(new)
+        return bool(spec and ColumnSpec.from_avro(spec).primary_key)
+
+    def _rename_field(self, table: TableIndex, old: str, new: str, keep_old: bool,
+                      seqno: int) -> None:
+        """The mapping of ``new`` = that of ``old``; ``_meta`` lists the renamed column."""
+        found = self.es.indices.get_mapping(index=table.index).body
+        mapping = next(iter(found.values()))["mappings"]
+        properties = mapping.get("properties") or {}
+        meta = dict(mapping.get("_meta") or {})
+        tungsten = dict(meta.get("tungsten") or {})
+        columns = renamed_columns(list(tungsten.get("columns") or []), old, new, keep_old)
+        added = {new: properties[old]} if old in properties and new not in properties \
+            else None
+        if added is None and columns == tungsten.get("columns"):
+            return  # done before (a replay)
+        meta["tungsten"] = {**tungsten, "columns": columns}
+        try:
+            self.es.indices.put_mapping(index=table.index, properties=added, meta=meta)
+        except ApiError as exc:
+            if exc.status_code == 400:
+                raise self._mappings.refused(table, exc, seqno) from exc
+            raise
+
+    def _send_all(self, writes: Iterator[Write]) -> int:
+        """Send writes in batches as they come (an index may not fit in memory)."""
+        done = 0
+        batch: list[Write] = []
+        for write in writes:
+            batch.append(write)
+            if len(batch) >= _BATCH:
+                done += self._send_moves(batch)
+                batch = []
+        return done + self._send_moves(batch)
+
+    def _send_moves(self, batch: list[Write]) -> int:
+        """Deletes go only once every other write of the batch is in: an item retried
+        after overload must not leave a keyless document deleted before its copy is made."""
+        self._bulk.send([w for w in batch if w.action != "delete"])
+        self._bulk.send([w for w in batch if w.action == "delete"])
+        return len(batch)
+
+    def drop_table(self, change: SchemaChange, event: ThlEvent) -> None:
+        """The table's index goes (in tombstone mode its alias with it)."""
+        self._flush()
+        _, index = self._names(change.schema, change.table, event.seqno)
+        self._forget_names(index, (change.schema, change.table))
+        try:
+            meta = tungsten_meta(self.es, index)
+            mine = meta is not None and \
+                owner_of(meta) == (self.service, change.schema, change.table)
+            if mine:
+                self.es.indices.delete(index=index, ignore_unavailable=True)
+        except (ApiError, TransportError) as exc:
+            raise request_error(exc, self.target, f"deleting index {index} (table "
+                                f"{change.schema}.{change.table} dropped at the source)",
+                                seqno=event.seqno) from exc
+        log.info("%s: table %s.%s dropped at seqno %d: index %s %s", self.target,
+                 change.schema, change.table, event.seqno, index,
+                 "deleted" if mine else "absent or another table's: nothing to do")
+
+    def _names(self, schema: str, table: str, seqno: int) -> tuple[str, str]:
+        """(the name a table is read by, the index its documents are in)."""
+        alias = self._alias(schema, table, seqno)
+        return alias, alias + TOMBSTONE_SUFFIX if self.tombstones else alias
+
+    def _forget_names(self, index: str, *tables: tuple[str, str]) -> None:
+        """Tables and an index whose cached state a schema change makes stale."""
+        for key in tables:
+            self._tables.pop(key, None)
+        self._owners.release(index)
+
+    def _existing(self, schema: str, name: str, seqno: int) -> TableIndex | None:
+        """The table's index if it is there and this table's (None: leave it alone)."""
+        _, index = self._names(schema, name, seqno)
+        try:
+            meta = tungsten_meta(self.es, index)
+        except (ApiError, TransportError) as exc:
+            raise request_error(exc, self.target, f"reading index {index}",
+                                seqno=seqno) from exc
+        if meta is None or owner_of(meta) != (self.service, schema, name):
+            return None
+        found = self._tables.get((schema, name))
+        if found is None:
+            found = self._tables[(schema, name)] = self._open_table(schema, name, [], seqno)
+        return found
 
     def heartbeat(self, beat: Heartbeat) -> None:
         """A ``heartbeat`` document in the tracking index, sent with the block's data."""

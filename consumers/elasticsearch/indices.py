@@ -149,7 +149,7 @@ class IndexMappings:
             if exc.status_code != 400 or error_kind(exc) != \
                     "resource_already_exists_exception":
                 if exc.status_code == 400:
-                    raise self._refused(table, exc, seqno) from exc
+                    raise self.refused(table, exc, seqno) from exc
                 raise
         # The index exists: it must be this table's, and it keeps the mapping it has.
         found = self.ctx.es.indices.get_mapping(index=table.index).body
@@ -200,7 +200,7 @@ class IndexMappings:
                                                 meta=self._meta(table))
             except ApiError as exc:
                 if exc.status_code == 400:
-                    raise self._refused(table, exc, seqno) from exc
+                    raise self.refused(table, exc, seqno) from exc
                 raise request_error(exc, self.ctx.target, f"updating the mapping of "
                                     f"{table.index}", seqno=seqno) from exc
             except TransportError as exc:
@@ -212,7 +212,7 @@ class IndexMappings:
             table.fields |= set(new)
         table.layouts.add(column_layout(specs))
 
-    def _refused(self, table: TableIndex, exc: ApiError, seqno: int) -> DataError:
+    def refused(self, table: TableIndex, exc: ApiError, seqno: int) -> DataError:
         body = exc.body if isinstance(exc.body, dict) else {"error": str(exc.body)}
         column = refused_column(body)
         where = f", column {column}" if column else ""
