@@ -29,7 +29,9 @@ once per clear thanks to a marker in ``tungsten_<service>.provisioned``); every 
 upsert already, and updates and deletes of a table without a key that find no row are left
 out while the table is being provisioned.
 
-Statement events are skipped (DDL has no meaning here). Tables without a primary key are
+Statement events are skipped (DDL has no meaning here); TRUNCATE, renamed tables and
+columns and dropped tables are carried out by ``truncate`` and the ``Restructures`` calls
+(``restructure``). Tables without a primary key are
 applied: see ``blocks.KeylessOp`` for how their rows are identified and replayed safely.
 """
 
@@ -51,7 +53,7 @@ from consumers.applier import Atomicity, BlockLimits, Capabilities, StatementPol
 from consumers.check import CheckRange, CheckResult
 from consumers.errors import TerminalError
 from consumers.heartbeat import Heartbeat
-from consumers.mongodb import readback
+from consumers.mongodb import readback, restructure
 from consumers.mongodb.blocks import (
     Clear,
     KeyedWrites,
@@ -83,6 +85,7 @@ from consumers.registry import ApplierContext
 from consumers.zero_dates import ZeroDateTally, count_zero_dates
 from replicator import crashpoints
 from thl_topics.event import RowChange, ThlEvent, ThlValue
+from thl_topics.schema_change import SchemaChange
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -253,6 +256,121 @@ class MongoApplier:
         self._keyless.pop(ns, None)
         self._clears[ns] = Clear(event.seqno, event.event_id, f"{schema}.{table}",
                                  keyless=keyless)
+
+    # -- schema changes (``Restructures``: ``restructure``) ------------------------------------
+
+    def rename_table(self, change: SchemaChange, event: ThlEvent) -> None:
+        """The table's collection moves to the new name's (``restructure.move``), and the
+        record of who holds which collection (``trep_names``) with it."""
+        old_src = f"{change.schema}.{change.table}"
+        new_schema, new_table = change.new_schema or change.schema, \
+            change.new_name or change.table
+        new_src = f"{new_schema}.{new_table}"
+        old = self._layouts.locate(change.schema, change.table, event)
+        new = self._layouts.locate(new_schema, new_table, event)
+        doing = f"{change.describe()} at seqno {event.seqno}"
+        if not self._holds(old, old_src, doing):
+            return
+        other = self._layouts.owners.owner(str(new))
+        if old != new and other not in (None, old_src, new_src):
+            raise data_error(self.target, event, old_src, None, f"{doing}: collection {new} "
+                             f"holds {other}; give {new_src} its own name in the target's "
+                             "`database`/`collection` templates")
+        self._mapped(self._wait, doing, event.seqno)
+        if old != new:
+            self._mapped(lambda: self._move(old, new, old_src, doing, event), doing, event.seqno)
+        self._forget(change.schema, change.table, old)
+        self._forget(new_schema, new_table, new)
+        if self._mapped(lambda: restructure.exists(self.client, new), doing, event.seqno):
+            self._layouts.namespace(new_schema, new_table, event)  # records who holds it
+
+    def _move(self, old: Namespace, new: Namespace, source: str, doing: str,
+              event: ThlEvent) -> None:
+        there = restructure.exists(self.client, new)
+        if not restructure.exists(self.client, old):
+            log.info("%s: %s: %s, nothing to move", self.target, doing,
+                     f"{new} is there already" if there else f"{old} is not there (no row "
+                     "of the table reached the target)")
+            return
+        if there and old.database == new.database:
+            raise data_error(self.target, event, source, None, f"{doing}: collection {new} "
+                             "exists already (a table dropped or kept earlier?); rename or "
+                             "drop it on the target, then resume")
+        how = restructure.move(self.client, old, new, self.cfg.batch_ops)
+        log.info("%s: %s: collection %s %s to %s", self.target, doing, old, how, new)
+
+    def rename_column(self, change: SchemaChange, keep_old: bool, event: ThlEvent) -> None:
+        """The field is renamed (``$rename``) or, with ``keep_old``, copied into the new
+        one; a key field of a composite ``_id`` moves the documents to the new ``_id``
+        either way (``restructure``). Documents keep their ``_seqno``."""
+        source = f"{change.schema}.{change.table}"
+        ns = self._layouts.locate(change.schema, change.table, event)
+        doing = f"{change.describe()} at seqno {event.seqno}"
+        if not self._holds(ns, source, doing):
+            return
+        old = self._layouts.field(source, change.column or "", event)
+        new = self._layouts.field(source, change.new_name or "", event)
+        self._mapped(self._wait, doing, event.seqno)
+        self._layouts.forget(change.schema, change.table)
+        if old == new:
+            return
+        coll = self.client[ns.database][ns.collection]
+        batch, seqno = self.cfg.batch_ops, event.seqno
+
+        def carry_out() -> tuple[int, str]:
+            if not restructure.exists(self.client, ns):
+                return 0, "nothing to change (no row of the table reached the target)"
+            rekeyed = restructure.rekey(coll, old, new, seqno, batch)
+            if rekeyed:  # a key column: renamed whatever keep_old says
+                return rekeyed + restructure.rename_field(coll, old, new, seqno), "moved to " \
+                    "the new _id (a key column)"
+            if keep_old:
+                return restructure.copy_field(coll, old, new, seqno, batch), "copied"
+            return restructure.rename_field(coll, old, new, seqno), "renamed"
+
+        count, how = self._mapped(carry_out, f"{doing} in {ns}", seqno)
+        log.info("%s: %s: field %r of %s %s in %d document(s)", self.target, doing, old, ns,
+                 how, count)
+
+    def drop_table(self, change: SchemaChange, event: ThlEvent) -> None:
+        """The collection is dropped with its documents and tombstones."""
+        source = f"{change.schema}.{change.table}"
+        ns = self._layouts.locate(change.schema, change.table, event)
+        doing = f"{change.describe()} at seqno {event.seqno}"
+        if not self._holds(ns, source, doing):
+            return
+        self._mapped(self._wait, doing, event.seqno)
+
+        def drop() -> bool:
+            there = restructure.exists(self.client, ns)
+            if there:
+                self.client[ns.database].drop_collection(ns.collection)
+            return there
+
+        dropped = self._mapped(drop, f"{doing}: dropping {ns}", event.seqno)
+        log.info("%s: %s: %s", self.target, doing, f"collection {ns} dropped" if dropped
+                 else f"{ns} is not there (dropped already, or no row reached the target)")
+        self._forget(change.schema, change.table, ns)
+
+    def _holds(self, ns: Namespace, source: str, doing: str) -> bool:
+        """Whether ``ns`` holds the table ``source`` (or no table is recorded for it):
+        another table's collection is left alone."""
+        owner = self._layouts.owners.owner(str(ns))
+        if owner in (None, source):
+            return True
+        log.info("%s: %s: %s holds %s, not this table: left alone", self.target, doing, ns,
+                 owner)
+        return False
+
+    def _forget(self, schema: str, table: str, ns: Namespace) -> None:
+        """Forget what is known of a table that no longer lives in ``ns``: its layouts, its
+        keyless marks and index, and its record in ``trep_names``."""
+        self._layouts.forget(schema, table)
+        self._marks.pop(ns, None)
+        self._documents.forget(ns)
+        if self._layouts.owners.owner(str(ns)) == f"{schema}.{table}":
+            self._tracking.forget_name(str(ns))
+            self._layouts.owners.release(str(ns))
 
     def pending(self) -> tuple[dict[Namespace, list[Write]], dict[Namespace, list[KeylessOp]]]:
         """What the open block will write: collapsed writes, and keyless changes in order."""

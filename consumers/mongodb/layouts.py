@@ -34,6 +34,10 @@ from consumers.mongodb.types import (
 from consumers.naming import NameOwners, UnfitName
 from thl_topics.event import ColumnSpec, RowChange, ThlEvent, ThlValue
 
+#: What a data error about a table's names suggests.
+_ELSEWHERE = ("map the table elsewhere with the target's `database` and `collection` "
+              "templates, or filter it out")
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -80,13 +84,26 @@ class Layouts:
         self.owners.clear()
 
     def namespace(self, schema: str, table: str, event: ThlEvent) -> Namespace:
-        """Where a table's documents go; a data error if the server cannot take the names."""
+        """Where a table's documents go; a data error if the server cannot take the names
+        or another table holds the collection (the first table claims it)."""
         found = self._namespaces.get((schema, table))
         if found is not None:
             return found
+        found = self.locate(schema, table, event)
         source = f"{schema}.{table}"
-        how = ("map the table elsewhere with the target's `database` and `collection` "
-               "templates, or filter it out")
+        try:
+            self.owners.claim(str(found), source)
+        except UnfitName as exc:
+            raise data_error(self.ctx.target, event, source, None,
+                             f"{exc}; {_ELSEWHERE}") from exc
+        self._namespaces[(schema, table)] = found
+        return found
+
+    def locate(self, schema: str, table: str, event: ThlEvent) -> Namespace:
+        """Where a table's documents go by the naming rule, claiming nothing (a renamed or
+        dropped table's old collection); a data error if the server cannot take the names."""
+        source = f"{schema}.{table}"
+        how = _ELSEWHERE
         try:
             found = namespace(self.ctx.cfg, self.service, schema, table,
                               self.ctx.server.ferretdb)
@@ -98,12 +115,26 @@ class Layouts:
             raise data_error(self.ctx.target, event, source, None,
                              f"collection {found.collection!r} cannot be used on "
                              f"{self.ctx.server.name}: {problem}; {how}")
-        try:
-            self.owners.claim(str(found), source)
-        except UnfitName as exc:
-            raise data_error(self.ctx.target, event, source, None, f"{exc}; {how}") from exc
-        self._namespaces[(schema, table)] = found
         return found
+
+    def forget(self, schema: str, table: str) -> None:
+        """Forget a table's namespace and layouts (it was renamed or dropped): its next row
+        finds its collection and claims it again."""
+        self._namespaces.pop((schema, table), None)
+        for signature in [s for s in self._layouts if s[:2] == (schema, table)]:
+            del self._layouts[signature]
+
+    def field(self, table: str, column: str, event: ThlEvent) -> str:
+        """A column's document field, as ``layout`` makes it (a data error where the server
+        cannot take the verbatim name)."""
+        name = field_name(column, self.ctx.cfg.escape_names)
+        problem = None if self.ctx.cfg.escape_names \
+            else refused_field(name, self.ctx.server.ferretdb)
+        if problem is not None:
+            raise data_error(self.ctx.target, event, table, column,
+                             f"the column name cannot be a field name: {problem};"
+                             " set escape_names: true or rename the column")
+        return name
 
     def layout(self, change: RowChange, specs: list[ColumnSpec], event: ThlEvent) -> Layout:
         """How rows of this table and column layout become documents (made once)."""

@@ -81,6 +81,11 @@ class MongoTracking:
         classified(lambda: coll.replace_one({ID: name}, {ID: name, "source": source},
                                             upsert=True), self.ctx.target, f"writing {NAMES}")
 
+    def forget_name(self, name: str) -> None:
+        """Forget who holds collection ``name`` (renamed or dropped with its table)."""
+        coll = self.ctx.client[self.tracking_db][NAMES]
+        classified(lambda: coll.delete_one({ID: name}), self.ctx.target, f"writing {NAMES}")
+
     def heartbeat(self, beat: Heartbeat) -> Write:
         """The guarded write of a heartbeat's document (``_id``: the heartbeat id)."""
         def naive(value: dt.datetime | None) -> dt.datetime | None:

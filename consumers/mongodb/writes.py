@@ -54,6 +54,10 @@ class DocumentWriter:
         #: Keyless collections whose ``_op`` index is known to be there.
         self._mark_indexes: set[Namespace] = set()
 
+    def forget(self, ns: Namespace) -> None:
+        """The collection was renamed or dropped: its index must be made again if needed."""
+        self._mark_indexes.discard(ns)
+
     def write_data(self, writes: KeyedWrites, keyless: dict[Namespace, list[KeylessOp]],
                    session: ClientSession | None,
                    marks: dict[Namespace, tuple[int, int]],
