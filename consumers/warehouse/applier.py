@@ -20,6 +20,12 @@ Provisioning (``consumers.provisioning``): a table's first provisioned chunk emp
 Delta table inside the chunk's own MERGE (``Segment.truncate``); chunks and ``provisioning``
 row changes are upserts already.
 
+Schema changes (``restructure.py``): TRUNCATE, renamed tables and columns and (``evolve``)
+dropped tables are carried out on the Delta tables at commit, each in a block of its own,
+replay-safe (Delta transaction ids where a commit carries data, state checks elsewhere).
+In ``stage-only`` mode they are only logged: the job that merges the staging files (kept
+per table name) must follow them.
+
 Consistency checks (``readback.py``): a checked range is read back from its Delta table as
 THL values, after every earlier seqno committed; results go to the Delta ``consistency``
 table. Parallel channels are not supported (``Capabilities.channels`` False).
@@ -54,6 +60,7 @@ from consumers.warehouse.config import WarehouseTarget
 from consumers.warehouse.errors import classify
 from consumers.warehouse.merge import DeltaWriter
 from consumers.warehouse.positions import DeltaTracking
+from consumers.warehouse.restructure import Restructurer
 from consumers.warehouse.staging import BatchStager, Segment, StagingArea, StagingError
 from consumers.zero_dates import ZeroDateTally, count_zero_dates
 from replicator import crashpoints
@@ -61,6 +68,7 @@ from replicator.progress import CatchUp
 from thl_topics.errors import ThlError
 from thl_topics.event import RowChange, ThlEvent, ThlValue
 from thl_topics.reader import ThlReader
+from thl_topics.schema_change import ChangeKind, SchemaChange
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -97,6 +105,8 @@ class WarehouseApplier:
         self._beats: list[Heartbeat] = []
         #: Tables a TRUNCATE of the open block empties: (schema, table, seqno).
         self._truncates: list[tuple[str, str, int]] = []
+        #: Renames and drops of the open block: (change, keep_old, seqno).
+        self._changes: list[tuple[SchemaChange, bool, int]] = []
         self._generation = 0
         #: The stored seqno this applier last read or wrote (compare-and-set).
         self._expected: int | None = None
@@ -215,6 +225,7 @@ class WarehouseApplier:
         self._written = []
         self._beats = []
         self._truncates = []
+        self._changes = []
 
     def apply(self, event: ThlEvent) -> None:
         try:
@@ -235,6 +246,20 @@ class WarehouseApplier:
         """The Delta table is emptied when the block commits (a block of its own: no rows
         are staged before it), as one DELETE commit (``DeltaWriter.empty``)."""
         self._truncates.append((schema, table, event.seqno))
+
+    def rename_table(self, change: SchemaChange, event: ThlEvent) -> None:
+        """The Delta table moves to the new name's path (or is renamed in the catalog) when
+        the block commits (``restructure.py``)."""
+        self._changes.append((change, False, event.seqno))
+
+    def rename_column(self, change: SchemaChange, keep_old: bool, event: ThlEvent) -> None:
+        """The Delta column is renamed (or, ``keep_old``, copied into a new one) when the
+        block commits (``restructure.py``)."""
+        self._changes.append((change, keep_old, event.seqno))
+
+    def drop_table(self, change: SchemaChange, event: ThlEvent) -> None:
+        """The Delta table goes when the block commits (``restructure.py``)."""
+        self._changes.append((change, False, event.seqno))
 
     def _write_staged(self) -> None:
         for seg in self._stager.segments:
@@ -258,8 +283,14 @@ class WarehouseApplier:
                     log.warning("%s: TRUNCATE of %s.%s at seqno %d is not staged (mode "
                                 "stage-only): the job that merges the staging files must "
                                 "empty the table", self.target, schema, table, seqno)
+                for change, _, seqno in self._changes:
+                    log.warning("%s: %s at seqno %d is not carried out (mode stage-only): "
+                                "staging files are kept per table name, so the job that "
+                                "merges them must follow it", self.target,
+                                change.describe(), seqno)
             else:
                 self._empty_truncated(position)
+                self._restructure(position)
                 self._materialize(segments, position)
             if self._beats:
                 self.tracking.heartbeats(self._beats)
@@ -306,6 +337,27 @@ class WarehouseApplier:
                 log.info("%s: %s emptied at seqno %d (TRUNCATE at the source)", self.target,
                          ref, seqno)
         self._truncates = []
+
+    def _restructure(self, position: Position) -> None:
+        restructurer = Restructurer(self.writer, self.target)
+        for change, keep_old, seqno in self._changes:
+            try:
+                if change.kind is ChangeKind.RENAME_TABLE:
+                    restructurer.rename_table(change, seqno)
+                elif change.kind is ChangeKind.RENAME_COLUMN:
+                    metadata = self._commit_metadata(
+                        f"{change.schema}.{change.table}", seqno, seqno, 0, position,
+                        rename_column=[change.column, change.new_name])
+                    restructurer.rename_column(change, keep_old, seqno, self.app_id(),
+                                               metadata)
+                elif change.kind is ChangeKind.DROP_TABLE:
+                    restructurer.drop_table(change, seqno)
+            except ConsumerError:
+                raise
+            except Exception as exc:
+                raise self._classify(exc, f"{change.describe()} at seqno {seqno}",
+                                     seqno) from exc
+        self._changes = []
 
     def _materialize(self, segments: list[Segment], position: Position) -> None:
         writer = self.writer
@@ -367,6 +419,7 @@ class WarehouseApplier:
         self._written = []
         self._beats = []
         self._truncates = []
+        self._changes = []
         self._zeros.rollback()
         if self._writer is not None:
             self._writer.forget()

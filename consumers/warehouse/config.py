@@ -110,8 +110,9 @@ class WarehouseTarget(BaseModel):
     dropped_columns: Literal["error", "keep", "drop"] | None = None
     #: A source column whose type changed: ``error``, or ``keep-wider``: write values into
     #: the Delta column when it holds every value of the new type (the source narrowed),
-    #: else stop.
-    type_changes: Literal["error", "keep-wider"] = "error"
+    #: else stop. Default: the group's ``schema_changes`` decides (``exception``: error;
+    #: every other mode: keep-wider).
+    type_changes: Literal["error", "keep-wider"] | None = None
     #: MySQL zero dates ('0000-00-00 ...') have no Spark form: store ``null`` (like
     #: Connector/J's zeroDateTimeBehavior=convertToNull) or stop with an ``error``.
     zero_dates: Literal["null", "error"] = "null"

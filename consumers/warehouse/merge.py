@@ -32,7 +32,8 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -97,6 +98,10 @@ class DeltaWriter:
         #: What a Delta column whose source column is gone becomes.
         self.dropped = cfg.dropped_columns or {"evolve": "drop", "exception": "error"}.get(
             schema_changes, "keep")
+        #: A narrowed source type: written into the wider Delta column, or a stop.
+        self.narrowed = cfg.type_changes or (
+            "error" if schema_changes == "exception" else "keep-wider")
+        self._kept_wider: set[tuple[object, str, str]] = set()
         #: (schema, table) -> Delta table; default: the configured path or name template.
         self.resolve = resolve or (lambda schema, table: table_ref(cfg, schema, table))
         #: Known Delta schemas (lower-case name -> (name, type)), by table reference.
@@ -105,6 +110,10 @@ class DeltaWriter:
     def forget(self) -> None:
         """Drop cached schemas (after a failure: read them again from Delta)."""
         self._schemas.clear()
+
+    def invalidate(self, ref: TableRef) -> None:
+        """Drop the cached schema of one table (renamed, dropped or altered)."""
+        self._schemas.pop(ref, None)
 
     # -- schemas ----------------------------------------------------------------------------
 
@@ -182,8 +191,15 @@ class DeltaWriter:
                 plan.widen.append((found[0], kind))
                 current[name.lower()] = (found[0], kind)
                 continue
-            if self.cfg.type_changes == "keep-wider" and holds(existing, kind):
+            if self.narrowed == "keep-wider" and holds(existing, kind):
                 plan.types[i] = existing
+                if (plan.ref, name, kind) not in self._kept_wider:
+                    self._kept_wider.add((plan.ref, name, kind))
+                    log.warning("column %s of %s narrowed on the source to %s (seqno %d): "
+                                "the Delta column stays %s. Values the source rewrote without "
+                                "row events (rounded, cut) keep their old form here: "
+                                "`trepctl check` finds them", name, plan.ref, kind,
+                                seg.seqnos[0] if seg.seqnos else seg.low, existing)
                 continue
             raise _error(seg, f"column {name} changed type: the source now sends {kind}, "
                               f"the Delta table {plan.ref} has {existing}"
@@ -327,6 +343,17 @@ class DeltaWriter:
         finally:
             self._txn(None, None, None)
         return bool(done)
+
+    @contextmanager
+    def transaction(self, app_id: str, version: int,
+                    metadata: dict[str, Any]) -> Iterator[None]:
+        """Delta commits made inside carry the group's transaction id (skipped by Delta when
+        this ``app_id`` committed ``version`` already) and ``metadata``."""
+        try:
+            self._txn(app_id, version, metadata)
+            yield
+        finally:
+            self._txn(None, None, None)
 
     def _txn(self, app_id: str | None, version: int | None,
              metadata: dict[str, Any] | None) -> None:

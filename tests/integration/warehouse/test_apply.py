@@ -160,8 +160,8 @@ def test_dropped_or_narrowed_column_is_an_error_naming_table_and_seqno(
     assert status["appliedLastSeqno"] == first
     assert crafted.rows(s, "items", ["id"]) == [(1,)]
     crafted.stop()
-    # A narrowed type: BIGINT now arrives as INT. Refused by default ...
-    crafted.configure(dropped_columns="keep")
+    # A narrowed type: BIGINT now arrives as INT. Refused with type_changes: error ...
+    crafted.configure(dropped_columns="keep", type_changes="error")
     narrowed = [spec(1, "id", "INT", key=True), spec(2, "v", "INT")]
     crafted.next_seqno = dropped + 1
     later = crafted.publish(insert(s, "t", narrowed, [3, 3]))
@@ -171,8 +171,9 @@ def test_dropped_or_narrowed_column_is_an_error_naming_table_and_seqno(
     assert "column v changed type: the source now sends int" in status[
         "pendingExceptionMessage"]
     crafted.stop()
-    # ... applied when the Delta column holds the new type and the operator allows it.
-    crafted.configure(dropped_columns="keep", type_changes="keep-wider")
+    # ... applied when the Delta column holds the new type (the default under
+    # schema_changes: lenient).
+    crafted.configure(dropped_columns="keep")
     crafted.start()
     crafted.wait_applied(later)
     assert crafted.rows(s, "t", ["id", "v", "gone"]) == [(1, 1, 1), (2, 2, None), (3, 3, None)]
