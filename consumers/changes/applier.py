@@ -36,6 +36,7 @@ from consumers.changes import readback
 from consumers.changes.config import ChangesTarget
 from consumers.changes.envelopes import DebeziumEnvelope, Envelope, TungstenEnvelope
 from consumers.changes.errors import kafka_error
+from consumers.changes.layouts import LayoutLog
 from consumers.changes.naming import TopicNames
 from consumers.changes.positions import encode_position, read_position
 from consumers.changes.records import RecordWriter
@@ -50,6 +51,7 @@ from consumers.registry import ApplierContext
 from consumers.zero_dates import ZeroDateTally, count_zero_dates
 from replicator import crashpoints
 from thl_topics.event import ColumnSpec, RowChange, ThlEvent, ThlValue
+from thl_topics.schema_change import SchemaChange
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +84,11 @@ class ChangesApplier:
                              else JsonSerde(self.envelope, cfg.json_schemas))
         self.names = TopicNames(cfg, self.service)
         self._txn = BlockTransaction(cfg, self.target)
+        self._layouts = LayoutLog(
+            self.kafka, f"{ctx.service.tracking_schema}.{ctx.group}.layouts", self.target,
+            cfg.transaction_timeout_s)
         self._records = RecordWriter(cfg, self.target, self.envelope, self.serde, self.names,
-                                     self._txn)
+                                     self._txn, self._layouts)
         self._meta_consumer: Consumer | None = None
         self._group_metadata: Any = None
         self._expected: int | None = None
@@ -105,8 +110,10 @@ class ChangesApplier:
             self._records.topics = TopicAdmin(AdminClient(self.kafka), self.cfg, self.target)
         topics = self._records.topics
         topics.forget()
-        topics.ensure(self.positions_topic, keyed=True, partitions=1,
-                      configs={"cleanup.policy": "compact"})
+        for compacted in (self.positions_topic, self._layouts.topic):
+            topics.ensure(compacted, keyed=True, partitions=1,
+                          configs={"cleanup.policy": "compact"})
+        self._layouts.forget()
         producer = Producer({
             **self.kafka,
             "transactional.id": self.transactional_id,
@@ -177,20 +184,40 @@ class ChangesApplier:
     def truncate(self, schema: str, table: str, event: ThlEvent) -> None:
         """Readers of the table's topic forget its rows at this seqno
         (``RecordWriter.truncate``)."""
+        self._open()
+        self._records.truncate(event, schema, table, self._live_rows)
+        self._txn.poll()
+
+    def rename_table(self, change: SchemaChange, event: ThlEvent) -> None:
+        """The rows readers hold move to the new table's topic (``RecordWriter.move``)."""
+        self._open()
+        self._records.move(event, change, self._live_rows)
+        self._txn.poll()
+
+    def rename_column(self, change: SchemaChange, keep_old: bool, event: ThlEvent) -> None:
+        """The rows readers hold are re-published with the column renamed, in both modes: a
+        record carries the columns the source has (a dropped column leaves the schema
+        too)."""
+        self._open()
+        self._records.move(event, change, self._live_rows)
+        self._txn.poll()
+
+    def drop_table(self, change: SchemaChange, event: ThlEvent) -> None:
+        """``evolve``: readers forget the table's rows, as for a TRUNCATE (the topic stays:
+        deleting a topic under its readers is the user's call)."""
+        self.truncate(change.schema, change.table, event)
+
+    def _open(self) -> None:
         if not self._txn.is_open:
             raise RuntimeError("no open block: begin() first")
-        topic = self.names.topic(schema, table, event.seqno)
+
+    def _live_rows(self, topic: str, specs: list[ColumnSpec]) -> list[list[ThlValue]]:
+        """Every row the readers of ``topic`` hold, as THL values in ``specs`` order."""
         registry = self.cfg.schema_registry.url if self.cfg.schema_registry else None
-
-        def live(specs: list[ColumnSpec]) -> list[list[ThlValue]]:
-            every = CheckRange("truncate", schema, table, 0, 0,
-                               [s.name for s in specs if s.primary_key], None, None, specs,
-                               0, "", "")
-            return list(readback.read_range(self.kafka, registry, topic, every,
-                                            self.cfg.transaction_timeout_s, self.target))
-
-        self._records.truncate(event, schema, table, live)
-        self._txn.poll()
+        every = CheckRange("live rows", "", "", 0, 0, [s.name for s in specs if s.primary_key],
+                           None, None, specs, 0, "", "")
+        return list(readback.read_range(self.kafka, registry, topic, every,
+                                        self.cfg.transaction_timeout_s, self.target))
 
     def heartbeat(self, beat: Heartbeat) -> None:
         # Kept with the position record of this block: where the group's lag is read.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -20,6 +20,7 @@ from confluent_kafka import KafkaException
 from consumers.changes.config import ChangesTarget
 from consumers.changes.envelopes import Envelope, Op, Origin, Shape, ShapeError, origin_parts
 from consumers.changes.errors import kafka_error
+from consumers.changes.layouts import LayoutLog
 from consumers.changes.naming import TopicNames
 from consumers.changes.serde import Serde, Writer
 from consumers.changes.topics import TopicAdmin
@@ -29,6 +30,7 @@ from consumers.errors import DataError, TransientError
 from consumers.oversize import largest, mib, too_large
 from consumers.provisioning import chunk_of
 from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent, ThlValue
+from thl_topics.schema_change import ChangeKind, SchemaChange
 
 #: The applier's log: these lines were always the applier's, and are filtered by its name.
 log = logging.getLogger("consumers.changes.applier")
@@ -50,6 +52,10 @@ class _Table:
     specs: tuple[ColumnSpec, ...]
 
 
+#: The rows a topic's readers hold, read back (``readback.read_range``): topic, specs.
+LiveRows = Callable[[str, list[ColumnSpec]], list[list[ThlValue]]]
+
+
 def _layout(schema: str, table: str, specs: Sequence[ColumnSpec]) -> tuple[Any, ...]:
     return (schema, table, *((s.name, s.type, s.length, s.scale, s.unsigned, s.primary_key,
                               s.blob, s.charset is None, tuple(s.enum_values)) for s in specs))
@@ -60,7 +66,7 @@ class RecordWriter:
     topics on first use."""
 
     def __init__(self, cfg: ChangesTarget, target: str, envelope: Envelope, serde: Serde,
-                 names: TopicNames, txn: BlockTransaction) -> None:
+                 names: TopicNames, txn: BlockTransaction, layouts: LayoutLog) -> None:
         self.cfg = cfg
         self.target = target
         self.envelope = envelope
@@ -69,6 +75,8 @@ class RecordWriter:
         self.txn = txn
         #: Creates the topics; set by the applier's ``connect``.
         self.topics: TopicAdmin | None = None
+        #: The layouts written before this process.
+        self.layouts = layouts
         #: Updates of keyless rows are a delete and a create (Tungsten's envelope).
         self._split = cfg.envelope == "tungsten"
         self._tables: dict[tuple[Any, ...], _Table] = {}
@@ -93,29 +101,69 @@ class RecordWriter:
                       gtid=event.metadata.get("gtid"), file=file, pos=pos, thread=thread,
                       txn_id=self._txn_id)
 
-    def truncate(self, event: ThlEvent, schema: str, table: str,
-                 live_rows: Callable[[list[ColumnSpec]], list[list[ThlValue]]]) -> None:
-        """A TRUNCATE at the source: a keyless table's topic gets a truncate record in every
-        partition; a keyed one a delete (and tombstone) for every key its readers hold
-        (``live_rows`` reads them back), so compaction drops them too."""
+    def known(self, schema: str, table: str, seqno: int) -> _Table | None:
+        """The table as its topic was last written (by this process, else as the layouts
+        topic has it); None: this group never wrote it."""
+        found = [t for layout, t in self._tables.items() if layout[:2] == (schema, table)]
+        if found:
+            return found[-1]
+        specs = self.layouts.last(schema, table)
+        return None if specs is None else self._table(schema, table, specs, seqno)
+
+    def truncate(self, event: ThlEvent, schema: str, table: str, live_rows: LiveRows) -> None:
+        """A TRUNCATE at the source (or a table dropped under ``schema_changes: evolve``):
+        a keyless table's topic gets a truncate record in every partition; a keyed one a
+        delete (and tombstone) for every key its readers hold (``live_rows`` reads them
+        back), so compaction drops them too."""
         origin, now_us = self._origin(event), time.time_ns() // 1000
-        known = [t for layout, t in self._tables.items() if layout[:2] == (schema, table)]
-        if not known:
-            log.warning("%s: %s.%s was truncated at the source (seqno %d) and no layout of its "
-                        "topic is known to this process: no record was sent, its readers "
-                        "keep its rows", self.target, schema, table, event.seqno)
+        found = self.known(schema, table, event.seqno)
+        if found is None:
+            log.info("%s: %s.%s emptied at seqno %d: this group never wrote its topic",
+                     self.target, schema, table, event.seqno)
             return
-        found = known[-1]
-        self._ensure(found.shape.topic, found.keyed, event.seqno)
-        if not found.keyed:
-            self._truncate(found, origin, now_us)
-            return
-        rows = live_rows(list(found.specs))
-        if rows:
-            self._rows(RowChange(RowAction.DELETE, schema, table, [], list(found.specs), [],
-                                 rows), origin, now_us)
-        log.info("%s: %s truncated at seqno %d: a delete for each of its %d key(s)",
+        rows = self._forget(found, origin, now_us, live_rows)
+        log.info("%s: %s emptied at seqno %d (%d row(s) its readers held)",
                  self.target, found.shape.topic, event.seqno, len(rows))
+
+    def _forget(self, table: _Table, origin: Origin, now_us: int, live_rows: LiveRows
+                ) -> list[list[ThlValue]]:
+        """Readers of the table's topic forget every row they hold; those rows."""
+        rows = live_rows(table.shape.topic, list(table.specs))
+        if not table.keyed:
+            self._truncate(table, origin, now_us)
+        elif rows:
+            self._rows(RowChange(RowAction.DELETE, table.shape.schema, table.shape.table, [],
+                                 list(table.specs), [], rows), origin, now_us)
+        return rows
+
+    def move(self, event: ThlEvent, change: SchemaChange, live_rows: LiveRows) -> None:
+        """A renamed table or column: the rows the old topic's readers hold are re-published
+        (as reads, Debezium's op ``r``) under the new table name or column name, and
+        forgotten in the old topic when the table's name changed. Records of later row
+        changes go to the new table's topic with the new layout."""
+        origin, now_us = self._origin(event), time.time_ns() // 1000
+        found = self.known(change.schema, change.table, event.seqno)
+        if found is None:
+            log.info("%s: %s at seqno %d: this group never wrote the table's topic",
+                     self.target, change.describe(), event.seqno)
+            return
+        specs = list(found.specs)
+        schema, table = change.schema, change.table
+        if change.kind is ChangeKind.RENAME_TABLE:
+            schema, table = change.new_schema or schema, change.new_name or table
+            rows = self._forget(found, origin, now_us, live_rows)
+        else:
+            rows = live_rows(found.shape.topic, specs)
+            specs = [replace(s, name=change.new_name or s.name) if s.name == change.column
+                     else s for s in specs]
+            if not found.keyed:
+                self._truncate(found, origin, now_us)  # its rows come back renamed
+        moved = self._table(schema, table, specs, event.seqno)
+        if rows:
+            self._rows(RowChange(RowAction.INSERT, schema, table, specs, [], rows, []),
+                       origin, now_us, "r")
+        log.info("%s: %s at seqno %d: %d row(s) re-published to %s", self.target,
+                 change.describe(), event.seqno, len(rows), moved.shape.topic)
 
     def add(self, event: ThlEvent) -> None:
         """The records of one event's row changes, produced into the open transaction."""
@@ -130,21 +178,17 @@ class RecordWriter:
         for item in event.data:
             if isinstance(item, RowChange):
                 if truncate == (item.schema, item.table):
-                    table = self._table(item, item.column_specs or item.key_specs,
-                                        event.seqno)
+                    table = self._table(item.schema, item.table,
+                                        item.column_specs or item.key_specs, event.seqno)
                     if not table.keyed:
                         self._truncate(table, origin, now_us)
                     truncate = None
                 self._rows(item, origin, now_us, create)
         if truncate is not None:
-            # An empty table: the last layout this process wrote it with, if any.
-            known = [t for layout, t in self._tables.items() if layout[:2] == truncate]
-            if known and not known[-1].keyed:
-                self._truncate(known[-1], origin, now_us)
-            elif not known:
-                log.warning("%s: %s.%s is provisioned empty and no layout of its topic is "
-                            "known to this process: no truncate record was sent (a keyless "
-                            "topic's readers keep its earlier rows)", self.target, *truncate)
+            # An empty table: the layout its topic was last written with, if any.
+            known = self.known(*truncate, event.seqno)
+            if known is not None and not known.keyed:
+                self._truncate(known, origin, now_us)
 
     def _truncate(self, table: _Table, origin: Origin, now_us: int) -> None:
         """A truncate record (Debezium op ``t``, Tungsten ``_optype: TRUNCATE``) in every
@@ -166,16 +210,17 @@ class RecordWriter:
                  "partition(s) at seqno %d", self.target, shape.topic, len(partitions),
                  origin.seqno)
 
-    def _table(self, change: RowChange, specs: Sequence[ColumnSpec], seqno: int) -> _Table:
-        layout = _layout(change.schema, change.table, specs)
+    def _table(self, schema: str, name: str, specs: Sequence[ColumnSpec], seqno: int
+               ) -> _Table:
+        layout = _layout(schema, name, specs)
         found = self._tables.get(layout)
         if found is not None:
             # A cheap set lookup, except after a reconnect: a topic may have been deleted.
             self._ensure(found.shape.topic, found.keyed, seqno)
             return found
-        topic = self.names.topic(change.schema, change.table, seqno)
+        topic = self.names.topic(schema, name, seqno)
         try:
-            shape = Shape.of(topic, change.schema, change.table, specs, self.serde.avro)
+            shape = Shape.of(topic, schema, name, specs, self.serde.avro)
         except ShapeError as exc:
             raise DataError(f"{self.target}: {exc} (seqno {seqno}); rename a column on the "
                             "source or use format: json", seqno=seqno) from exc
@@ -183,6 +228,7 @@ class RecordWriter:
         self._ensure(topic, bool(shape.key), seqno)
         found = _Table(shape, key, value, bool(shape.key), tuple(specs))
         self._tables[layout] = found
+        self.layouts.write(self.txn, schema, name, found.specs, seqno)
         return found
 
     def _ensure(self, topic: str, keyed: bool, seqno: int) -> None:
@@ -193,7 +239,7 @@ class RecordWriter:
     def _rows(self, change: RowChange, origin: Origin, now_us: int, create: Op = "c"
               ) -> None:
         specs = change.column_specs or change.key_specs
-        table = self._table(change, specs, origin.seqno)
+        table = self._table(change.schema, change.table, specs, origin.seqno)
         shape = table.shape
         converts = [t.convert for t in shape.types]
         before_index = _remap(specs, change.key_specs) if change.key_values else None
