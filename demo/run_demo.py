@@ -50,7 +50,7 @@ from kazoo.exceptions import NoNodeError
 from consumers.errors import ConsumerError
 from consumers.registry import ApplierContext, build_applier
 from demo.compare import digest, report
-from demo.tables import SCHEMA, TABLES
+from demo.tables import RENAME_EMAIL, SCHEMA, TABLES
 from demo.targets import demo_target
 from replicator.control import ComponentNodes
 from replicator.state import State
@@ -321,6 +321,8 @@ class Workload:
         self.live: list[int] = []
         self.next_id = 1
         self.counts: Counter[str] = Counter()
+        #: The customers' e-mail column: renamed half-way (``RENAME_EMAIL``).
+        self.email = "email"
 
     def _when(self, digits: int) -> dt.datetime:
         micros = self.rng.randrange(0, 365 * 86400 * 10**6)
@@ -363,15 +365,15 @@ class Workload:
         if kind == "new":
             for _ in range(self.rng.randint(1, 3)):
                 cid, self.next_id = self.next_id, self.next_id + 1
-                cur.execute(f"INSERT INTO {SCHEMA}.customers (id, name, email, balance, joined, "
-                            "active, avatar) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                cur.execute(f"INSERT INTO {SCHEMA}.customers (id, name, {self.email}, balance, "
+                            "joined, active, avatar) VALUES (%s, %s, %s, %s, %s, %s, %s)",
                             self._customer(cid))
                 cur.execute(insert_audit, self._audit(cid, "signup"))
                 self.live.append(cid)
         elif kind == "update":
             for cid in self.rng.sample(self.live, k=min(len(self.live), self.rng.randint(1, 4))):
                 _, name, email, balance, _, active, avatar = self._customer(cid)
-                cur.execute(f"UPDATE {SCHEMA}.customers SET name = %s, email = %s, "
+                cur.execute(f"UPDATE {SCHEMA}.customers SET name = %s, {self.email} = %s, "
                             "balance = %s, active = %s, avatar = %s WHERE id = %s",
                             (name, email, balance, active, avatar, cid))
         elif kind == "delete":
@@ -394,13 +396,20 @@ class Workload:
                         (self.rng.choice(self.live),))
 
 
-def run_workload(transactions: int, seed: int) -> tuple[Workload, str]:
-    """Commit the workload on the source; the GTID of its last transaction."""
+def run_workload(transactions: int, seed: int) -> tuple[Workload, str, str]:
+    """Commit the workload on the source, with ``RENAME_EMAIL`` half-way; the GTIDs of the
+    rename and of the last transaction."""
     work = Workload(seed)
     conn = mysql(SOURCE_PORT)
+    renamed = ""
     try:
         with conn.cursor() as cur:
-            for _ in range(transactions):
+            for done in range(transactions):
+                if done == transactions // 2:
+                    cur.execute(RENAME_EMAIL)
+                    cur.execute("SELECT @@last_gtid")
+                    renamed = str((cur.fetchone() or [""])[0])
+                    work.email = "contact_email"
                 work.transaction(cur)
                 conn.commit()
             # A last transaction that surely changes a row, so its GTID reaches the THL (an
@@ -413,9 +422,9 @@ def run_workload(transactions: int, seed: int) -> tuple[Workload, str]:
             row = cur.fetchone()
     finally:
         conn.close()
-    if row is None or not row[0]:
+    if row is None or not row[0] or not renamed:
         raise SystemExit("the source reports no GTID for the workload")
-    return work, str(row[0])
+    return work, renamed, str(row[0])
 
 
 def _gtid(text: str) -> tuple[int, int]:
@@ -441,6 +450,17 @@ def wait_thl_holds(cfg: ServiceConfig, gtid: str, runner: subprocess.Popen[bytes
         if time.monotonic() > deadline:
             raise SystemExit(f"GTID {gtid} did not reach the THL within 120 s; see {log}")
         time.sleep(0.3)
+
+
+def event_of(cfg: ServiceConfig, gtid: str, first: int, last: int) -> int | None:
+    """The seqno of the source transaction ``gtid`` between seqnos ``first`` and ``last``."""
+    with ThlReader(cfg.kafka.client(), cfg.thl_topic) as reader:
+        for rec in reader.records(reader.offset_of(first, 0)):
+            if rec.seqno > last:
+                return None
+            if rec.event is not None and rec.event.metadata.get("gtid") == gtid:
+                return rec.seqno
+    return None
 
 
 # -- comparison ----------------------------------------------------------------------------
@@ -471,12 +491,16 @@ def demo(cfg: ServiceConfig, runner: subprocess.Popen[bytes], since: float, log:
     start_groups(cfg, marker)
     rebuild_source()
     started = time.monotonic()
-    work, gtid = run_workload(transactions, seed)
+    work, renamed, gtid = run_workload(transactions, seed)
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(work.counts.items()))
     print(f"\nworkload: {transactions + 1} transactions committed on the source in "
-          f"{time.monotonic() - started:.1f} s ({kinds}, 1 final marker); "
-          f"last GTID {gtid}", flush=True)
+          f"{time.monotonic() - started:.1f} s ({kinds}, 1 final marker), and half-way "
+          f"one schema change: {RENAME_EMAIL}; last GTID {gtid}", flush=True)
     tail = wait_thl_holds(cfg, gtid, runner, log)
+    ddl = event_of(cfg, renamed, marker, tail.seqno)
+    if ddl is not None:
+        print(f"\n=== the schema change: thl list -seqno {ddl} ===\n", flush=True)
+        run_cli("trep.thl", "list", "-seqno", str(ddl))
 
     print("\n=== thl list -last 3 ===\n", flush=True)
     run_cli("trep.thl", "list", "-last", "3")

@@ -26,7 +26,8 @@ TABLES = (
         "name VARCHAR(80) NOT NULL, email VARCHAR(120) NULL, balance DECIMAL(12,2) NULL, "
         "joined DATETIME(6) NOT NULL, active TINYINT(1) NOT NULL DEFAULT 1, "
         "avatar VARBINARY(32) NULL) DEFAULT CHARSET=utf8mb4",
-        ("id", "name", "email", "balance", "joined", "active", "avatar"),
+        # ``email`` is renamed half-way through the workload (``RENAME_EMAIL``).
+        ("id", "name", "contact_email", "balance", "joined", "active", "avatar"),
     ),
     DemoTable(
         # No primary key: updates and deletes are matched by the whole before image and touch
@@ -38,3 +39,7 @@ TABLES = (
         ("customer_id", "action", "note", "amount", "payload", "logged_at"),
     ),
 )
+
+#: The schema change the demo makes half-way through its workload: every target follows it
+#: (``schema_changes: lenient``, the default: the new column is filled from the old one).
+RENAME_EMAIL = f"ALTER TABLE {SCHEMA}.customers RENAME COLUMN email TO contact_email"
