@@ -11,7 +11,7 @@ import pytest
 from consumers.mongodb.applier import MongoApplier
 from consumers.position import Position
 from stack.services.ferretdb import FerretDB
-from thl_topics.event import ColumnSpec, RowAction
+from thl_topics.event import ColumnSpec, RowAction, ThlValue
 from thl_topics.schema_change import ChangeKind, SchemaChange
 
 from .test_mongodb_applier import ITEMS, PAIRS, Target, block, change, event
@@ -120,6 +120,19 @@ def test_a_renamed_column_is_copied_in_lenient_and_renamed_in_evolve(target: Tar
     docs = target.docs("items")
     assert [sorted(set(d) - {"_id", "_seqno", "id"}) for d in docs] == [
         ["cost", "label"], ["cost", "label", "name"], ["name", "price"]]
+
+
+def test_a_lenient_column_copy_over_many_documents_finishes(target: Target) -> None:
+    """More documents than FerretDB takes update statements in one command (it stops
+    answering at 100): the copy goes in smaller commands and the server stays up."""
+    s = target.schema
+    applier = target.applier()
+    rows: list[list[ThlValue]] = [[i, f"n{i}", "1.00"] for i in range(1, 251)]
+    block(applier, event(1, change(s, "items", RowAction.INSERT, ITEMS, rows)))
+    restructure(applier, 2, ChangeKind.RENAME_COLUMN, s, "items", keep_old=True,
+                column="name", new_name="label")
+    docs = target.docs("items")
+    assert len(docs) == 250 and all(d["label"] == d["name"] for d in docs)
 
 
 def test_a_renamed_key_column_of_a_composite_key_moves_the_documents(target: Target) -> None:
