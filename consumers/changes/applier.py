@@ -114,6 +114,8 @@ class ChangesApplier:
             topics.ensure(compacted, keyed=True, partitions=1,
                           configs={"cleanup.policy": "compact"})
         self._layouts.forget()
+        # Tables written in earlier sessions own their topics (issue 29).
+        self.names.load(self._layouts.tables())
         producer = Producer({
             **self.kafka,
             "transactional.id": self.transactional_id,
@@ -205,7 +207,9 @@ class ChangesApplier:
     def drop_table(self, change: SchemaChange, event: ThlEvent) -> None:
         """``evolve``: readers forget the table's rows, as for a TRUNCATE (the topic stays:
         deleting a topic under its readers is the user's call)."""
-        self.truncate(change.schema, change.table, event)
+        self._open()
+        self._records.drop(event, change.schema, change.table, self._live_rows)
+        self._txn.poll()
 
     def _open(self) -> None:
         if not self._txn.is_open:

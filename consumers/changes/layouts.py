@@ -51,6 +51,18 @@ class LayoutLog:
         if self._read is not None:
             self._read[_key(schema, table)] = specs
 
+    def remove(self, txn: BlockTransaction, schema: str, table: str, seqno: int) -> None:
+        """The table has no topic of its own any more (renamed, or dropped): a tombstone."""
+        txn.produce(self.topic, _key(schema, table), None, None, seqno, partition=0)
+        if self._read is not None:
+            self._read.pop(_key(schema, table), None)
+
+    def tables(self) -> list[tuple[str, str]]:
+        """Every table whose layout the topic holds."""
+        if self._read is None:
+            self._read = self._all()
+        return [(schema, table) for schema, table in map(json.loads, self._read)]
+
     def last(self, schema: str, table: str) -> Specs | None:
         """The layout the table's topic was last written with (None: never written)."""
         if self._read is None:

@@ -15,6 +15,7 @@ the field keeps the source name under ``tungsten.column``. JSON keeps the source
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from consumers.changes.config import ChangesTarget
 from consumers.errors import DataError
@@ -43,16 +44,36 @@ class TopicNames:
         """The template that applies to ``schema.table``."""
         return self.overrides.match(schema, table) or self.cfg.topic
 
+    def load(self, tables: Iterable[tuple[str, str]]) -> None:
+        """The tables this group wrote in earlier sessions own their topics (as the naming
+        rule maps them today): another table that meets one of them is refused."""
+        owners = {}
+        for schema, table in tables:
+            try:
+                owners[self._name(schema, table)] = f"{schema}.{table}"
+            except UnfitName:
+                continue  # refused when the table is written again, with its seqno
+        self.owners.load(owners)
+
+    def release(self, schema: str, table: str) -> None:
+        """The table left its topic (renamed, or dropped under ``evolve``)."""
+        name = self._cache.pop((schema, table), None)
+        if name is not None and self.owners.owner(name) == f"{schema}.{table}":
+            self.owners.release(name)
+
+    def _name(self, schema: str, table: str) -> str:
+        template = self.template(schema, table)
+        return TOPIC.name(template.format(service=self.service, schema=schema, table=table),
+                          self.cfg.names, f"table {schema}.{table}")
+
     def topic(self, schema: str, table: str, seqno: int) -> str:
         """The table's topic; DataError if no topic can hold it (strict names, collision)."""
         found = self._cache.get((schema, table))
         if found is not None:
             return found
         template = self.template(schema, table)
-        source = f"table {schema}.{table}"
         try:
-            name = TOPIC.name(template.format(service=self.service, schema=schema,
-                                              table=table), self.cfg.names, source)
+            name = self._name(schema, table)
             self.owners.claim(name, f"{schema}.{table}")
         except UnfitName as exc:
             raise DataError(

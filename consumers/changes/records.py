@@ -125,6 +125,19 @@ class RecordWriter:
         log.info("%s: %s emptied at seqno %d (%d row(s) its readers held)",
                  self.target, found.shape.topic, event.seqno, len(rows))
 
+    def drop(self, event: ThlEvent, schema: str, table: str, live_rows: LiveRows) -> None:
+        """A table dropped (``schema_changes: evolve``): its readers forget its rows, and its
+        topic's name is free for another table."""
+        self.truncate(event, schema, table, live_rows)
+        self._leave(schema, table, event.seqno)
+
+    def _leave(self, schema: str, table: str, seqno: int) -> None:
+        """The table has no layout any more: a table of that name starts afresh."""
+        for layout in [k for k in self._tables if k[:2] == (schema, table)]:
+            del self._tables[layout]
+        self.layouts.remove(self.txn, schema, table, seqno)
+        self.names.release(schema, table)
+
     def _forget(self, table: _Table, origin: Origin, now_us: int, live_rows: LiveRows
                 ) -> list[list[ThlValue]]:
         """Readers of the table's topic forget every row they hold; those rows."""
@@ -152,6 +165,7 @@ class RecordWriter:
         if change.kind is ChangeKind.RENAME_TABLE:
             schema, table = change.new_schema or schema, change.new_name or table
             rows = self._forget(found, origin, now_us, live_rows)
+            self._leave(change.schema, change.table, event.seqno)
         else:
             rows = live_rows(found.shape.topic, specs)
             specs = [replace(s, name=change.new_name or s.name) if s.name == change.column

@@ -113,3 +113,30 @@ def test_compaction_keeps_the_last_value_per_key_and_drops_deleted_keys(
         else:
             value = survivors[key]
             assert value is not None and b'"after":{"id":%d,"v":"v3"}' % i in value
+
+
+def test_a_table_meeting_a_topic_of_an_earlier_session_is_refused(
+        make_service: Callable[..., ChangeService]) -> None:
+    """`a b` and `a_b` both make topic `<service>.<schema>.a_b`: the second is refused even
+    when the first was written by an earlier process (the layouts topic remembers it), and
+    a table renamed away frees its topic's name."""
+    svc = make_service({"g": {"envelope": "debezium", "format": "json"}})
+    s = svc.schema
+    svc.src(f"CREATE TABLE {s}.`a b` (id INT PRIMARY KEY)",
+            f"CREATE TABLE {s}.a_b (id INT PRIMARY KEY)",
+            f"CREATE TABLE {s}.c_d (id INT PRIMARY KEY)")
+    svc.start()
+    svc.src(f"INSERT INTO {s}.`a b` VALUES (1)", f"INSERT INTO {s}.c_d VALUES (1)")
+    svc.wait_source_applied()
+    svc.src(f"RENAME TABLE {s}.c_d TO {s}.moved")
+    svc.wait_source_applied()
+    svc.stop()
+    svc.start()
+    svc.src(f"CREATE TABLE {s}.`c d` (id INT PRIMARY KEY)",
+            f"INSERT INTO {s}.`c d` VALUES (7)")  # c_d's topic is free again
+    seqno = svc.wait_source_applied()
+    svc.src(f"INSERT INTO {s}.a_b VALUES (2)")
+    status = svc.wait_state("g", "OFFLINE:ERROR")
+    assert status["pendingErrorSeqno"] == seqno + 1, status
+    message = status["pendingExceptionMessage"]
+    assert f"{s}.a b" in message and f"{s}.a_b" in message, message
