@@ -188,6 +188,18 @@ class Restructures(Protocol):
 
 
 @runtime_checkable
+class DropsColumns(Protocol):
+    """An applier whose stored rows keep a dropped column unless it removes it itself
+    (documents, change records): under ``schema_changes: evolve`` it takes the column out
+    of every row already there. Tables take their dropped columns out at their next row
+    image instead (the SQL and Delta appliers)."""
+
+    def drop_column(self, change: SchemaChange, event: ThlEvent) -> None:
+        """Column ``change.column`` of the table goes from every stored row written before
+        ``event``, in a block of its own; harmless to replay."""
+
+
+@runtime_checkable
 class WarmsUp(Protocol):
     """An applier whose start costs a standby process can pay ahead of a takeover."""
 

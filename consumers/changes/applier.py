@@ -204,6 +204,12 @@ class ChangesApplier:
         self._records.move(event, change, self._live_rows)
         self._txn.poll()
 
+    def drop_column(self, change: SchemaChange, event: ThlEvent) -> None:
+        """``evolve``: the rows readers hold are re-published without the column."""
+        self._open()
+        self._records.move(event, change, self._live_rows)
+        self._txn.poll()
+
     def drop_table(self, change: SchemaChange, event: ThlEvent) -> None:
         """``evolve``: readers forget the table's rows, as for a TRUNCATE (the topic stays:
         deleting a topic under its readers is the user's call)."""

@@ -150,10 +150,11 @@ class RecordWriter:
         return rows
 
     def move(self, event: ThlEvent, change: SchemaChange, live_rows: LiveRows) -> None:
-        """A renamed table or column: the rows the old topic's readers hold are re-published
-        (as reads, Debezium's op ``r``) under the new table name or column name, and
-        forgotten in the old topic when the table's name changed. Records of later row
-        changes go to the new table's topic with the new layout."""
+        """A renamed table or column, or a dropped column (``evolve``): the rows the old
+        topic's readers hold are re-published (as reads, Debezium's op ``r``) under the new
+        table name or column name, or without the column, and forgotten in the old topic
+        when the table's name changed. Records of later row changes go to the new table's
+        topic with the new layout."""
         origin, now_us = self._origin(event), time.time_ns() // 1000
         found = self.known(change.schema, change.table, event.seqno)
         if found is None:
@@ -166,6 +167,16 @@ class RecordWriter:
             schema, table = change.new_schema or schema, change.new_name or table
             rows = self._forget(found, origin, now_us, live_rows)
             self._leave(change.schema, change.table, event.seqno)
+        elif change.kind is ChangeKind.DROP_COLUMN:
+            if any(s.primary_key and s.name == change.column for s in specs):
+                log.warning("%s: %s at seqno %d: a key column; the records keep it until "
+                            "their rows change", self.target, change.describe(), event.seqno)
+                return
+            keep = [i for i, s in enumerate(specs) if s.name != change.column]
+            rows = [[row[i] for i in keep] for row in live_rows(found.shape.topic, specs)]
+            specs = [specs[i] for i in keep]
+            if not found.keyed:
+                self._truncate(found, origin, now_us)
         else:
             rows = live_rows(found.shape.topic, specs)
             specs = [replace(s, name=change.new_name or s.name) if s.name == change.column

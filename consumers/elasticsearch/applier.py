@@ -78,8 +78,11 @@ from consumers.elasticsearch.naming import (
 )
 from consumers.elasticsearch.positions import Expected, TrackingIndex
 from consumers.elasticsearch.restructure import (
+    Reshape,
     column_writes,
+    dropped_source,
     follow_rename,
+    moved_source,
     owner_of,
     renamed_columns,
     renamed_meta,
@@ -287,11 +290,8 @@ class ElasticsearchApplier:
         try:
             keep_old = keep_old and not self._is_key(table, old, new)
             self._rename_field(table, old, new, keep_old, event.seqno)
-            self.es.indices.refresh(index=table.index)
-            writes = column_writes(self.es, table, old, new, keep_old, event.seqno,
-                                   frozenset(self.cfg.document_fields))
-            done = self._send_all(writes)
-            self.es.indices.refresh(index=table.index)
+            done = self._rewrite(table, lambda src: moved_source(src, old, new, keep_old),
+                                 what, event.seqno)
         except (ApiError, TransportError) as exc:
             raise request_error(exc, self.target, f"{what} (index {table.index})",
                                 seqno=event.seqno) from exc
@@ -300,6 +300,48 @@ class ElasticsearchApplier:
             self._forget_table(table)
         log.info("%s: %s (index %s, %s) at seqno %d: %d document(s)", self.target, what,
                  table.index, "old field kept" if keep_old else "moved", event.seqno, done)
+
+    def drop_column(self, change: SchemaChange, event: ThlEvent) -> None:
+        """``evolve``: the field goes from every document (scan and bulk at each document's
+        own version; keyless documents move to the hash of their row without it) and from
+        ``_meta``; it stays in the mapping, empty (Elasticsearch cannot remove one)."""
+        self._flush()
+        name = change.column or ""
+        table = self._existing(change.schema, change.table, event.seqno)
+        what = f"dropping column {name} of table {change.schema}.{change.table}"
+        if table is None:
+            log.info("%s: %s at seqno %d: no index of the table here: nothing to do",
+                     self.target, what, event.seqno)
+            return
+        try:
+            self._unlist(table, name)
+            done = self._rewrite(table, lambda src: dropped_source(src, name), what,
+                                 event.seqno)
+        except (ApiError, TransportError) as exc:
+            raise request_error(exc, self.target, f"{what} (index {table.index})",
+                                seqno=event.seqno) from exc
+        finally:
+            self._forget_table(table)
+        log.info("%s: %s (index %s) at seqno %d: %d document(s) (schema_changes: evolve)",
+                 self.target, what, table.index, event.seqno, done)
+
+    def _rewrite(self, table: TableIndex, reshape: Reshape, what: str, seqno: int) -> int:
+        """Every document ``reshape`` changes, written back; how many writes."""
+        self.es.indices.refresh(index=table.index)
+        done = self._send_all(column_writes(self.es, table, reshape, what, seqno,
+                                            frozenset(self.cfg.document_fields)))
+        self.es.indices.refresh(index=table.index)
+        return done
+
+    def _unlist(self, table: TableIndex, column: str) -> None:
+        """``_meta`` no longer lists ``column`` (a replay finds it gone already)."""
+        meta = tungsten_meta(self.es, table.index) or {}
+        tungsten = dict(meta.get("tungsten") or {})
+        columns = list(tungsten.get("columns") or [])
+        kept = [c for c in columns if c.get("name") != column]
+        if kept != columns:
+            self.es.indices.put_mapping(index=table.index,
+                                        meta={**meta, "tungsten": {**tungsten, "columns": kept}})
 
     def _is_key(self, table: TableIndex, old: str, new: str) -> bool:
         # A replay finds the spec under the new name already.

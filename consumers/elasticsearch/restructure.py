@@ -18,7 +18,7 @@ the old one is deleted), so later changes of those rows find it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from elasticsearch import Elasticsearch, NotFoundError, helpers
@@ -30,6 +30,9 @@ from consumers.elasticsearch.types import INTERNAL_FIELDS, ROWS, dumps
 
 #: The applier's log: these lines were always the applier's, and are filtered by its name.
 log = logging.getLogger("consumers.elasticsearch.applier")
+
+#: A document's new ``_source`` for a column change (None: the document stays as it is).
+Reshape = Callable[[dict[str, Any]], dict[str, Any] | None]
 
 #: The setting that makes an index read-only for writes (and may be cloned).
 WRITE_BLOCK = "index.blocks.write"
@@ -142,6 +145,13 @@ def moved_source(source: dict[str, Any], old: str, new: str,
     return moved
 
 
+def dropped_source(source: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """A document's ``_source`` without field ``name`` (None: it has none, done before)."""
+    if name not in source:
+        return None
+    return {k: v for k, v in source.items() if k != name}
+
+
 def row_columns(source: dict[str, Any], bookkeeping: frozenset[str]) -> list[str]:
     """The columns of a keyless document's row, in the order its hash took them: every
     field before the first bookkeeping one (what ``Counted`` writes first)."""
@@ -159,19 +169,20 @@ def keyless_id(source: dict[str, Any], bookkeeping: frozenset[str]) -> str:
     return row_id(names, [source[n] for n in names])
 
 
-def column_writes(es: Elasticsearch, table: TableIndex, old: str, new: str, keep_old: bool,
+def column_writes(es: Elasticsearch, table: TableIndex, reshape: Reshape, what: str,
                   seqno: int, document_fields: frozenset[str]) -> Iterator[Write]:
-    """The writes that rename (or copy) field ``old`` to ``new`` in every document of the
-    table's index that has it (the index refreshed first, so the scan sees every write)."""
+    """The writes that ``reshape`` every document of the table's index it changes (the
+    index refreshed first, so the scan sees every write): a renamed, copied or dropped
+    field."""
     bookkeeping = frozenset(INTERNAL_FIELDS) | document_fields
     for hit in helpers.scan(es, index=table.index, query={"query": {"match_all": {}}},
                             size=1000, version=True, seq_no_primary_term=True):
-        source = moved_source(hit["_source"], old, new, keep_old)
+        source = reshape(hit["_source"])
         if source is None:
             continue
         doc_id = hit["_id"]
         if ROWS in source:
-            yield from _keyless_moves(table, hit, source, old, seqno, bookkeeping)
+            yield from _keyless_moves(table, hit, source, what, seqno, bookkeeping)
             continue
         # Written back at its own version: the seqno guard does not move.
         version = (b',"version":' + str(hit["_version"]).encode()
@@ -181,8 +192,8 @@ def column_writes(es: Elasticsearch, table: TableIndex, old: str, new: str, keep
 
 
 def _keyless_moves(table: TableIndex, hit: dict[str, Any], source: dict[str, Any],
-                   old: str, seqno: int, bookkeeping: frozenset[str]) -> Iterator[Write]:
-    """A keyless document to the hash of its renamed row: created there (409: a replay
+                   what: str, seqno: int, bookkeeping: frozenset[str]) -> Iterator[Write]:
+    """A keyless document to the hash of its reshaped row: created there (409: a replay
     already did), then deleted where it was (compare-and-set on what was read). A document
     whose id is not the hash of its row (written before an earlier column change) keeps its
     id: later changes do not find it either way."""
@@ -190,8 +201,8 @@ def _keyless_moves(table: TableIndex, hit: dict[str, Any], source: dict[str, Any
     guard = {"if_seq_no": hit["_seq_no"], "if_primary_term": hit["_primary_term"]}
     if keyless_id(hit["_source"], bookkeeping) != doc_id:
         log.warning("document %s of index %s (table %s, no key) is not at the hash of its "
-                    "row (a column change before): its field %s is renamed in place; "
-                    "rebuild the index", doc_id, table.index, table.qualified, old)
+                    "row (a column change before): %s in place; rebuild the index", doc_id,
+                    table.index, table.qualified, what)
         action = {"index": {"_index": table.index, "_id": doc_id, **guard}}
         yield Write(dumps(action) + b"\n" + dumps(source) + b"\n", seqno, table, doc_id,
                     "index", versioned=False)

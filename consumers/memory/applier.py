@@ -107,6 +107,14 @@ class MemoryApplier:
                     row[new] = row[old] if keep_old else row.pop(old)
         self._restructures.append(rename)
 
+    def drop_column(self, change: SchemaChange, event: ThlEvent) -> None:
+        def drop() -> None:
+            name = (change.schema, change.table)
+            for row in [*self.store.tables.get(name, {}).values(),
+                        *self.store.keyless.get(name, [])]:
+                row.pop(change.column or "", None)
+        self._restructures.append(drop)
+
     def drop_table(self, change: SchemaChange, event: ThlEvent) -> None:
         self._restructures.append(lambda: self._drop((change.schema, change.table)))
 

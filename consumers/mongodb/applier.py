@@ -339,6 +339,23 @@ class MongoApplier:
         log.info("%s: %s: field %r of %s %s in %d document(s)", self.target, doing, old, ns,
                  how, count)
 
+    def drop_column(self, change: SchemaChange, event: ThlEvent) -> None:
+        """``evolve``: the field goes from the documents written before the drop
+        (``$unset``, one update command); the ``_id`` of a key column stays as it is."""
+        source = f"{change.schema}.{change.table}"
+        ns = self._layouts.locate(change.schema, change.table, event)
+        doing = f"{change.describe()} at seqno {event.seqno}"
+        if not self._holds(ns, source, doing):
+            return
+        field = self._layouts.field(source, change.column or "", event)
+        self._mapped(self._wait, doing, event.seqno)
+        self._layouts.forget(change.schema, change.table)
+        coll = self.client[ns.database][ns.collection]
+        count = self._mapped(lambda: restructure.unset_field(coll, field, event.seqno),
+                             f"{doing} in {ns}", event.seqno)
+        log.info("%s: %s: field %r removed from %d document(s) of %s (schema_changes: "
+                 "evolve)", self.target, doing, field, count, ns)
+
     def drop_table(self, change: SchemaChange, event: ThlEvent) -> None:
         """The collection is dropped with its documents and tombstones."""
         source = f"{change.schema}.{change.table}"

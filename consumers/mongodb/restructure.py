@@ -157,6 +157,13 @@ def rename_field(coll: Collection[RawDoc], old: str, new: str, seqno: int) -> in
     return done.modified_count
 
 
+def unset_field(coll: Collection[RawDoc], name: str, seqno: int) -> int:
+    """``name`` removed from the documents written before ``seqno`` that have it; how
+    many changed."""
+    done = coll.update_many(_before(seqno, **{name: {"$exists": True}}), {"$unset": {name: ""}})
+    return done.modified_count
+
+
 def copy_field(coll: Collection[RawDoc], old: str, new: str, seqno: int, batch: int) -> int:
     """``new`` set to ``old``'s value in the documents that have ``old`` and not ``new``
     (read and written back a batch at a time: no pipeline updates on FerretDB); how many."""

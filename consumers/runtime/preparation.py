@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import cast
 
-from consumers.applier import Applier, Restructures, StatementPolicy, Truncates
+from consumers.applier import Applier, DropsColumns, Restructures, StatementPolicy, Truncates
 from consumers.check import check_of
 from consumers.errors import ConsumerError, DataError
 from consumers.heartbeat import HEARTBEAT_TABLE, Heartbeat, heartbeats
@@ -50,7 +50,8 @@ class Preparation:
         #: statement (``Truncates``, ``Restructures``).
         self.carried: frozenset[ChangeKind] = frozenset() if replays else frozenset(
             ({ChangeKind.TRUNCATE} if isinstance(applier, Truncates) else set())
-            | (_RESTRUCTURES if isinstance(applier, Restructures) else set()))
+            | (_RESTRUCTURES if isinstance(applier, Restructures) else set())
+            | ({ChangeKind.DROP_COLUMN} if isinstance(applier, DropsColumns) else set()))
 
     def start_session(self) -> None:
         """Before a session streams: what it must know afresh."""
@@ -177,6 +178,9 @@ _RESTRUCTURES = frozenset({ChangeKind.RENAME_TABLE, ChangeKind.RENAME_COLUMN,
 def _carry_out(applier: Applier, change: SchemaChange, done: Action, event: ThlEvent) -> None:
     if change.kind is ChangeKind.TRUNCATE:
         cast(Truncates, applier).truncate(change.schema, change.table, event)
+        return
+    if change.kind is ChangeKind.DROP_COLUMN:
+        cast(DropsColumns, applier).drop_column(change, event)
         return
     follower = cast(Restructures, applier)
     if change.kind is ChangeKind.RENAME_TABLE:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from consumers.elasticsearch.naming import row_id
 from consumers.elasticsearch.restructure import (
+    dropped_source,
     keyless_id,
     moved_source,
     renamed_columns,
@@ -68,3 +69,9 @@ def test_a_renamed_table_owns_its_index_under_the_new_name() -> None:
         "tungsten": {"service": "s", "schema": "b", "table": "goods", "columns": []},
         "other": 1}
     assert tungsten["table"] == "items"
+
+
+def test_a_dropped_field_leaves_the_source_once() -> None:
+    source = {"id": 1, "name": "a", "price": "1.5"}
+    assert dropped_source(source, "price") == {"id": 1, "name": "a"}
+    assert dropped_source({"id": 1, "name": "a"}, "price") is None

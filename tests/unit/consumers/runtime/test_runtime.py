@@ -352,6 +352,15 @@ def test_renames_and_drops_follow_the_mode_in_blocks_of_their_own() -> None:
     assert ("db", "other") not in target.store.tables
 
 
+def test_a_dropped_column_leaves_stored_rows_only_under_evolve() -> None:
+    drop = _restructure(SchemaChange(ChangeKind.DROP_COLUMN, "db", "t", column="v"))
+    records = [_rec(0, 0, data=[_row(1)]), _rec(1, 1, data=[drop])]
+    target, _, _ = _run(records, _at(1))
+    assert target.rows("db", "t") == [{"id": 1, "v": "v1"}]  # lenient keeps it
+    target, _, _ = _run(records, _at(1), group=_group(schema_changes="evolve"))
+    assert target.rows("db", "t") == [{"id": 1}]
+
+
 def test_schema_changes_exception_stops_at_the_change_and_ignore_keeps_the_rows() -> None:
     alter = Statement("ALTER TABLE db.t ADD c INT", schema_changes=[
         SchemaChange(ChangeKind.ADD_COLUMN, "db", "t", column="c", column_type="INT")])
