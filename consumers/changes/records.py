@@ -108,7 +108,8 @@ class RecordWriter:
         if found:
             return found[-1]
         specs = self.layouts.last(schema, table)
-        return None if specs is None else self._table(schema, table, specs, seqno)
+        return None if specs is None else self._table(schema, table, specs, seqno,
+                                                      recorded=True)
 
     def truncate(self, event: ThlEvent, schema: str, table: str, live_rows: LiveRows) -> None:
         """A TRUNCATE at the source (or a table dropped under ``schema_changes: evolve``):
@@ -235,8 +236,10 @@ class RecordWriter:
                  "partition(s) at seqno %d", self.target, shape.topic, len(partitions),
                  origin.seqno)
 
-    def _table(self, schema: str, name: str, specs: Sequence[ColumnSpec], seqno: int
-               ) -> _Table:
+    def _table(self, schema: str, name: str, specs: Sequence[ColumnSpec], seqno: int,
+               recorded: bool = False) -> _Table:
+        """The table's writers for this layout (``recorded``: the layouts topic has it
+        already, else it is written there in the open transaction)."""
         layout = _layout(schema, name, specs)
         found = self._tables.get(layout)
         if found is not None:
@@ -253,7 +256,8 @@ class RecordWriter:
         self._ensure(topic, bool(shape.key), seqno)
         found = _Table(shape, key, value, bool(shape.key), tuple(specs))
         self._tables[layout] = found
-        self.layouts.write(self.txn, schema, name, found.specs, seqno)
+        if not recorded:
+            self.layouts.write(self.txn, schema, name, found.specs, seqno)
         return found
 
     def _ensure(self, topic: str, keyed: bool, seqno: int) -> None:

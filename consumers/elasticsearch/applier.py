@@ -56,7 +56,7 @@ searchable at the index's refresh interval.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, TransportError, helpers
@@ -274,56 +274,56 @@ class ElasticsearchApplier:
         with the old one kept (``lenient``; a key column is moved all the same). The old
         field stays in the mapping (Elasticsearch cannot remove one); ``_meta`` no longer
         lists it when moved."""
-        self._flush()
         old, new = change.column or "", change.new_name or ""
-        table = self._existing(change.schema, change.table, event.seqno)
         what = f"renaming column {old} to {new} of table {change.schema}.{change.table}"
+
+        def rename(table: TableIndex) -> str:
+            if new in INTERNAL_FIELDS or new in self.cfg.document_fields:
+                raise DataError(f"{self.target}: {what} (seqno {event.seqno}): {new} is the "
+                                "name of a field the replicator adds to every document; drop "
+                                "that document field from the target's `document_fields`, or "
+                                "rename the column with a filter", seqno=event.seqno)
+            moved = not keep_old or self._is_key(table, old, new)
+            self._rename_field(table, old, new, not moved, event.seqno)
+            done = self._rewrite(table, lambda src: moved_source(src, old, new, not moved),
+                                 what, event.seqno)
+            return f"{'moved' if moved else 'old field kept'}, {done} document(s)"
+        self._column_change(change, what, rename, event)
+
+    def drop_column(self, change: SchemaChange, event: ThlEvent) -> None:
+        """``evolve``: the field goes from every document (scan and bulk at each document's
+        own version; keyless documents move to the hash of their row without it) and from
+        ``_meta``; it stays in the mapping, empty (Elasticsearch cannot remove one)."""
+        name = change.column or ""
+        what = f"dropping column {name} of table {change.schema}.{change.table}"
+
+        def drop(table: TableIndex) -> str:
+            self._unlist(table, name)
+            done = self._rewrite(table, lambda src: dropped_source(src, name), what,
+                                 event.seqno)
+            return f"{done} document(s) (schema_changes: evolve)"
+        self._column_change(change, what, drop, event)
+
+    def _column_change(self, change: SchemaChange, what: str,
+                       carry_out: Callable[[TableIndex], str], event: ThlEvent) -> None:
+        """``carry_out`` on the table's index, if this table has one here; the table's
+        cached mapping is forgotten after it, whatever happens."""
+        self._flush()
+        table = self._existing(change.schema, change.table, event.seqno)
         if table is None:
             log.info("%s: %s at seqno %d: no index of the table here: nothing to do",
                      self.target, what, event.seqno)
             return
-        if new in INTERNAL_FIELDS or new in self.cfg.document_fields:
-            raise DataError(f"{self.target}: {what} (seqno {event.seqno}): {new} is the name "
-                            "of a field the replicator adds to every document; drop that "
-                            "document field from the target's `document_fields`, or rename "
-                            "the column with a filter", seqno=event.seqno)
         try:
-            keep_old = keep_old and not self._is_key(table, old, new)
-            self._rename_field(table, old, new, keep_old, event.seqno)
-            done = self._rewrite(table, lambda src: moved_source(src, old, new, keep_old),
-                                 what, event.seqno)
+            done = carry_out(table)
         except (ApiError, TransportError) as exc:
             raise request_error(exc, self.target, f"{what} (index {table.index})",
                                 seqno=event.seqno) from exc
         finally:
             # The next row reads the mapping and ``_meta`` afresh.
             self._forget_table(table)
-        log.info("%s: %s (index %s, %s) at seqno %d: %d document(s)", self.target, what,
-                 table.index, "old field kept" if keep_old else "moved", event.seqno, done)
-
-    def drop_column(self, change: SchemaChange, event: ThlEvent) -> None:
-        """``evolve``: the field goes from every document (scan and bulk at each document's
-        own version; keyless documents move to the hash of their row without it) and from
-        ``_meta``; it stays in the mapping, empty (Elasticsearch cannot remove one)."""
-        self._flush()
-        name = change.column or ""
-        table = self._existing(change.schema, change.table, event.seqno)
-        what = f"dropping column {name} of table {change.schema}.{change.table}"
-        if table is None:
-            log.info("%s: %s at seqno %d: no index of the table here: nothing to do",
-                     self.target, what, event.seqno)
-            return
-        try:
-            self._unlist(table, name)
-            done = self._rewrite(table, lambda src: dropped_source(src, name), what,
-                                 event.seqno)
-        except (ApiError, TransportError) as exc:
-            raise request_error(exc, self.target, f"{what} (index {table.index})",
-                                seqno=event.seqno) from exc
-        finally:
-            self._forget_table(table)
-        log.info("%s: %s (index %s) at seqno %d: %d document(s) (schema_changes: evolve)",
-                 self.target, what, table.index, event.seqno, done)
+        log.info("%s: %s (index %s) at seqno %d: %s", self.target, what, table.index,
+                 event.seqno, done)
 
     def _rewrite(self, table: TableIndex, reshape: Reshape, what: str, seqno: int) -> int:
         """Every document ``reshape`` changes, written back; how many writes."""

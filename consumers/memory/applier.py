@@ -100,23 +100,24 @@ class MemoryApplier:
         old, new = change.column or "", change.new_name or ""
 
         def rename() -> None:
-            name = (change.schema, change.table)
-            for row in [*self.store.tables.get(name, {}).values(),
-                        *self.store.keyless.get(name, [])]:
+            for row in self._stored(change.schema, change.table):
                 if old in row and new not in row:
                     row[new] = row[old] if keep_old else row.pop(old)
         self._restructures.append(rename)
 
     def drop_column(self, change: SchemaChange, event: ThlEvent) -> None:
         def drop() -> None:
-            name = (change.schema, change.table)
-            for row in [*self.store.tables.get(name, {}).values(),
-                        *self.store.keyless.get(name, [])]:
+            for row in self._stored(change.schema, change.table):
                 row.pop(change.column or "", None)
         self._restructures.append(drop)
 
     def drop_table(self, change: SchemaChange, event: ThlEvent) -> None:
         self._restructures.append(lambda: self._drop((change.schema, change.table)))
+
+    def _stored(self, schema: str, table: str) -> list[dict[str, ThlValue]]:
+        """Every committed row of a table, keyed and keyless."""
+        name = (schema, table)
+        return [*self.store.tables.get(name, {}).values(), *self.store.keyless.get(name, [])]
 
     def _drop(self, name: tuple[str, str]) -> None:
         self.store.tables.pop(name, None)

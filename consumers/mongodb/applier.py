@@ -306,15 +306,13 @@ class MongoApplier:
         """The field is renamed (``$rename``) or, with ``keep_old``, copied into the new
         one; a key field of a composite ``_id`` moves the documents to the new ``_id``
         either way (``restructure``). Documents keep their ``_seqno``."""
-        source = f"{change.schema}.{change.table}"
-        ns = self._layouts.locate(change.schema, change.table, event)
-        doing = f"{change.describe()} at seqno {event.seqno}"
-        if not self._holds(ns, source, doing):
+        found = self._column_change(change, event)
+        if found is None:
             return
+        ns, doing = found
+        source = f"{change.schema}.{change.table}"
         old = self._layouts.field(source, change.column or "", event)
         new = self._layouts.field(source, change.new_name or "", event)
-        self._mapped(self._wait, doing, event.seqno)
-        self._layouts.forget(change.schema, change.table)
         if old == new:
             return
         coll = self.client[ns.database][ns.collection]
@@ -342,14 +340,12 @@ class MongoApplier:
     def drop_column(self, change: SchemaChange, event: ThlEvent) -> None:
         """``evolve``: the field goes from the documents written before the drop
         (``$unset``, one update command); the ``_id`` of a key column stays as it is."""
-        source = f"{change.schema}.{change.table}"
-        ns = self._layouts.locate(change.schema, change.table, event)
-        doing = f"{change.describe()} at seqno {event.seqno}"
-        if not self._holds(ns, source, doing):
+        found = self._column_change(change, event)
+        if found is None:
             return
-        field = self._layouts.field(source, change.column or "", event)
-        self._mapped(self._wait, doing, event.seqno)
-        self._layouts.forget(change.schema, change.table)
+        ns, doing = found
+        field = self._layouts.field(f"{change.schema}.{change.table}", change.column or "",
+                                    event)
         coll = self.client[ns.database][ns.collection]
         count = self._mapped(lambda: restructure.unset_field(coll, field, event.seqno),
                              f"{doing} in {ns}", event.seqno)
@@ -375,6 +371,19 @@ class MongoApplier:
         log.info("%s: %s: %s", self.target, doing, f"collection {ns} dropped" if dropped
                  else f"{ns} is not there (dropped already, or no row reached the target)")
         self._forget(change.schema, change.table, ns)
+
+    def _column_change(self, change: SchemaChange, event: ThlEvent
+                       ) -> tuple[Namespace, str] | None:
+        """Before a column of a table changes in its documents: its collection and the
+        change's description for the log, the writes sent ahead waited for and the table's
+        layouts forgotten; None where the collection holds another table."""
+        ns = self._layouts.locate(change.schema, change.table, event)
+        doing = f"{change.describe()} at seqno {event.seqno}"
+        if not self._holds(ns, f"{change.schema}.{change.table}", doing):
+            return None
+        self._mapped(self._wait, doing, event.seqno)
+        self._layouts.forget(change.schema, change.table)
+        return ns, doing
 
     def _holds(self, ns: Namespace, source: str, doing: str) -> bool:
         """Whether ``ns`` holds the table ``source`` (or no table is recorded for it):

@@ -257,9 +257,7 @@ def test_a_dropped_column_is_kept_and_checks_stay_equal(conformance: Conformance
             f"UPDATE {s}.items SET qty = 9 WHERE id = 1")
     svc.wait_source_applied()
     assert svc.status()["state"] == "ONLINE"
-    checked = _check(svc, f"{s}.items")
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert " equal" in checked.stdout and "different" not in checked.stdout, checked.stdout
+    _assert_equal(svc, f"{s}.items")
 
 
 def _renamed(svc: Conformance) -> None:
@@ -295,9 +293,7 @@ def test_renamed_tables_and_columns_keep_their_rows(conformance: Conformance) ->
     s = svc.schema
     columns = svc.kind.columns(s, "goods")
     assert columns is not None and {"label", "qty"} <= columns, columns
-    checked = _check(svc, f"{s}.goods")
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert " equal" in checked.stdout and "different" not in checked.stdout, checked.stdout
+    _assert_equal(svc, f"{s}.goods")
     kept = svc.kind.columns(s, "big")
     assert (kept is None) if svc.kind.replays_ddl else (kept is not None), kept
 
@@ -320,9 +316,7 @@ def test_schema_changes_evolve_renames_and_drops(conformance: Conformance) -> No
     columns = svc.kind.columns(s, "goods")
     assert columns is not None and "price" not in columns, columns
     assert svc.compare(replace(GOODS, columns=("id", "label", "qty"))) == {"goods": 5}
-    checked = _check(svc, f"{s}.goods")
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert " equal" in checked.stdout and "different" not in checked.stdout, checked.stdout
+    _assert_equal(svc, f"{s}.goods")
 
 
 def test_schema_changes_exception_stops_at_the_first_change(conformance: Conformance) -> None:
@@ -508,6 +502,13 @@ def test_target_down_for_thirty_seconds_under_load(conformance: Conformance) -> 
 
 def _check(svc: Conformance, *tables: str) -> subprocess.CompletedProcess[str]:
     return svc.trepctl("check", *tables, "-limit", "25", "-timeout", "120")
+
+
+def _assert_equal(svc: Conformance, table: str) -> None:
+    """``trepctl check`` of one table finds it equal."""
+    checked = _check(svc, table)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert " equal" in checked.stdout and "different" not in checked.stdout, checked.stdout
 
 
 def test_consistency_check_finds_the_changed_range(conformance: Conformance) -> None:
