@@ -14,6 +14,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from consumers.applier import BlockLimits
+from consumers.cascades import ForeignKeyMode
 from consumers.registry import TargetConfig
 from consumers.schema_changes import SchemaChangeMode
 from replicator.config import FilterConfig
@@ -55,6 +56,11 @@ class GroupConfig(BaseModel):
     #: ``exception`` stops at each; ``ignore`` changes nothing. A TRUNCATE is applied in
     #: every mode but ``ignore``.
     schema_changes: SchemaChangeMode = "lenient"
+    #: What the group does where the source's foreign keys cascade (``consumers.cascades``):
+    #: ``follow`` deletes or re-points the child rows InnoDB changed, which the binlog does
+    #: not hold; ``ignore`` leaves them as they are. MySQL-family targets replay the DDL
+    #: and keep the same foreign keys, which cascade by themselves, in either mode.
+    foreign_keys: ForeignKeyMode = "follow"
 
     def block_limits(self, defaults: BlockLimits) -> BlockLimits:
         """The applier's default limits with this group's settings in their place."""

@@ -26,6 +26,8 @@ class _Families:
     channel_seqno: Gauge
     channel_events: Counter
     triggers: Gauge
+    cascaded: Counter
+    cascade_depth: Gauge
 
 
 _families: dict[int, _Families] = {}
@@ -63,7 +65,15 @@ def _families_of(registry: CollectorRegistry) -> _Families:
                 Gauge("trep_target_triggers",
                       "Triggers found on the target tables this group writes (each fires on "
                       "every applied row, on top of what the source's row images carry)",
-                      _LABELS, registry=registry))
+                      _LABELS, registry=registry),
+                Counter("trep_cascaded_rows",
+                        "Child rows deleted or re-pointed by foreign-key cascades the binlog "
+                        "does not hold, carried out by the group", _LABELS,
+                        registry=registry),
+                Gauge("trep_cascade_depth",
+                      "Deepest foreign-key cascade chain carried out since the process "
+                      "started (1: children of the changed row)", _LABELS,
+                      registry=registry))
             _families[id(registry)] = found
         return found
 
@@ -77,6 +87,9 @@ class ConsumerMetrics:
         #: Triggers found on target tables: ``schema.table`` -> "name (TIMING EVENT)"s.
         self._triggers: dict[str, list[str]] = {}
         self._f.triggers.labels(*self._values).set(0)
+        self._f.cascaded.labels(*self._values).inc(0)
+        self._f.cascade_depth.labels(*self._values).set(0)
+        self._depth = 0
 
     @classmethod
     def disabled(cls) -> ConsumerMetrics:
@@ -111,6 +124,14 @@ class ConsumerMetrics:
                 return "NONE"
             return "; ".join(f"{table}: {', '.join(found)}"
                              for table, found in sorted(self._triggers.items()))
+
+    def cascaded(self, rows: int, depth: int) -> None:
+        """A fragment's cascades changed ``rows`` child rows, ``depth`` levels deep."""
+        self._f.cascaded.labels(*self._values).inc(rows)
+        gauge = self._f.cascade_depth.labels(*self._values)
+        with _lock:
+            self._depth = max(self._depth, depth)
+            gauge.set(self._depth)
 
     def rows(self, event: ThlEvent) -> None:
         self._f.rows.labels(*self._values).inc(

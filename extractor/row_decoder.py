@@ -87,6 +87,8 @@ _HEADER_END = 1 + _COMMON_HEADER_LEN
 _CHECKSUM_LEN = 4
 _EPOCH = dt.datetime(1970, 1, 1)  # noqa: DTZ001 - the binlog's naive UTC, as the reference
 _LONG_MAX = (1 << 63) - 1
+#: Rows event post-header flag: the statement ran with ``foreign_key_checks=0``.
+NO_FOREIGN_KEY_CHECKS = 0x0002
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 _DIGITS_PER_WORD = 9
 
@@ -111,6 +113,9 @@ class DecodedRows:
     data: bytes
     start: int
     end: int
+    #: The rows event's NO_FOREIGN_KEY_CHECKS flag was clear: InnoDB ran the table's
+    #: foreign-key actions (``extractor.foreign_keys``).
+    fk_checks: bool = True
 
     @property
     def shape(self) -> TableShape:
@@ -456,6 +461,11 @@ _decoders: IdentityCache[Any, TableDecoder | None] = IdentityCache(
     lambda table: TableDecoder.build(table.columns))
 
 
+def _rows_flags(data: bytes) -> int:
+    """The rows event's post-header flags (after its 6-byte table id)."""
+    return int.from_bytes(data[_HEADER_END + 6:_HEADER_END + 8], "little")
+
+
 def _all_present(data: bytes, pos: int, ncols: int) -> bool:
     full, rest = divmod(ncols, 8)
     if data[pos:pos + full] != b"\xff" * full:
@@ -503,7 +513,8 @@ def decode_packet(data: bytes, table_map: dict[int, Any], use_checksum: bool,
     size = event_size - _COMMON_HEADER_LEN - trailer
     event = DecodedRows(action=kind[1], decoder=decoder, schema=table.schema,
                         table=table.table, timestamp=timestamp, event_size=size,
-                        log_pos=log_pos, data=data, start=pos, end=end)
+                        log_pos=log_pos, data=data, start=pos, end=end,
+                        fk_checks=not _rows_flags(data) & NO_FOREIGN_KEY_CHECKS)
     return _Decoded(event, event_type, log_pos, timestamp)
 
 

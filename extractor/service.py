@@ -46,6 +46,7 @@ from extractor.errors import (
     ThlCommitUnknown,
     is_transient,
 )
+from extractor.foreign_keys import ForeignKeyCatalog
 from extractor.positions import StartPoint, find_start
 from extractor.provision import Provisioner
 from extractor.retention import Retention
@@ -374,7 +375,8 @@ class Extractor:
             filters=self._filters(), fragment_rows=xcfg.fragment_rows,
             fragment_bytes=xcfg.fragment_bytes,
             chain=build_chain(xcfg.filters.chain).around(self.service.tracking_schema),
-            start=catch_up.start if catch_up else resume, catch_up=catch_up)
+            start=catch_up.start if catch_up else resume, catch_up=catch_up,
+            foreign_keys=ForeignKeyCatalog(self._source_connection))
         return self.assembler
 
     def _go_online(self, start: StartPoint, epoch: int) -> None:

@@ -27,7 +27,8 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from extractor.binlog_position import BinlogPosition
 from extractor.ddl_parser import is_table_ddl, read_schema_changes
 from extractor.errors import ExtractorError
-from extractor.row_decoder import DecodedRows
+from extractor.foreign_keys import ForeignKeyCatalog
+from extractor.row_decoder import NO_FOREIGN_KEY_CHECKS, DecodedRows
 from extractor.row_values import TableShape, shape_of
 from extractor.xa import (
     FL_PREPARED_XA,
@@ -47,7 +48,7 @@ from extractor.xa import (
 from replicator.filters import FilterChain, ItemFilter
 from replicator.sql_names import statement_target
 from thl_topics.event import DataItem, RowAction, RowChange, Statement, ThlEvent, ThlValue
-from thl_topics.records import META_PROVISION, META_PROVISIONING
+from thl_topics.records import META_FOREIGN_KEYS, META_PROVISION, META_PROVISIONING
 from thl_topics.schema_change import SchemaChange
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,8 @@ class _Open:
     discard: bool = False
     #: Rows already in the spool.
     held: int = 0
+    #: ids of row changes made with ``foreign_key_checks=0``: InnoDB cascaded nothing.
+    unchecked: set[int] = field(default_factory=set)
 
 
 Emit = Callable[[ThlEvent], None]
@@ -118,7 +121,8 @@ class TransactionAssembler:
                  fragment_rows: int, fragment_bytes: int,
                  chain: FilterChain | None = None,
                  start: BinlogPosition | None = None,
-                 catch_up: CatchUp | None = None) -> None:
+                 catch_up: CatchUp | None = None,
+                 foreign_keys: ForeignKeyCatalog | None = None) -> None:
         self._emit = emit
         self.next_seqno = next_seqno
         self.epoch = epoch
@@ -144,6 +148,8 @@ class TransactionAssembler:
         #: Tables being provisioned: their binlog changes are marked (``provisioning``) so
         #: that targets apply them idempotently until the table's last chunk.
         self.provisioning: set[tuple[str, str]] = set()
+        #: The source's cascading foreign keys (None: not attached to the THL).
+        self.foreign_keys = foreign_keys
 
     @property
     def in_transaction(self) -> bool:
@@ -223,6 +229,8 @@ class TransactionAssembler:
                         position: BinlogPosition) -> list[SchemaChange] | None:
         if not is_table_ddl(sql):
             return None
+        if self.foreign_keys is not None:
+            self.foreign_keys.changed()
         changes = read_schema_changes(sql, schema)
         if changes is None:
             # Published with its text only, as every DDL was before THL schema v2: targets
@@ -349,7 +357,8 @@ class TransactionAssembler:
                      for r in event.rows]
             before = [shape.values(r["before_values"], r.get("before_none_sources"))
                       for r in event.rows]
-        self._add_rows(txn, event, position, shape, action, after, before)
+        self._add_rows(txn, event, position, shape, action, after, before,
+                       fk_checks=not getattr(event, "flags", 0) & NO_FOREIGN_KEY_CHECKS)
 
     def _decoded_rows(self, event: DecodedRows, position: BinlogPosition) -> None:
         txn = self._taking(event, position)
@@ -357,7 +366,8 @@ class TransactionAssembler:
             after, before = event.images()
             # The packet is no longer needed: a row of many MiB is not held twice.
             event.data = b""
-            self._add_rows(txn, event, position, event.shape, event.action, after, before)
+            self._add_rows(txn, event, position, event.shape, event.action, after, before,
+                           fk_checks=event.fk_checks)
 
     def _taking(self, event: Any, position: BinlogPosition) -> _Open | None:
         """The open transaction a rows event belongs to; None if its table is filtered."""
@@ -370,14 +380,15 @@ class TransactionAssembler:
 
     def _add_rows(self, txn: _Open, event: Any, position: BinlogPosition, shape: TableShape,
                   action: RowAction, after: list[list[ThlValue]],
-                  before: list[list[ThlValue]]) -> None:
+                  before: list[list[ThlValue]], fk_checks: bool = True) -> None:
         # Inserts and updates have an after image per row, deletes a before image.
         nrows = len(after) or len(before)
         items = txn.items
         last = items[-1] if items else None
         if (isinstance(last, RowChange) and last.action is action
                 and last.schema == event.schema and last.table == event.table
-                and last.column_specs is shape.specs):
+                and last.column_specs is shape.specs
+                and (id(last) in txn.unchecked) is not fk_checks):
             last.column_values.extend(after)
             last.key_values.extend(before)
         else:
@@ -386,6 +397,8 @@ class TransactionAssembler:
                 column_specs=shape.specs if after else [],
                 key_specs=shape.specs if before else [],
                 column_values=after, key_values=before))
+            if not fk_checks:
+                txn.unchecked.add(id(items[-1]))
         txn.rows += nrows
         # The binlog event's own size is a fair, free estimate of the THL bytes it adds.
         txn.size += getattr(event, "event_size", 0) or 64 * nrows
@@ -395,6 +408,7 @@ class TransactionAssembler:
                 txn.spool.write(txn.items)
                 txn.held += txn.rows
                 txn.items = []
+                txn.unchecked.clear()
                 txn.rows = txn.size = 0
             else:
                 self._flush(txn, position, last_frag=False)
@@ -480,6 +494,10 @@ class TransactionAssembler:
                               if isinstance(i, RowChange)} & self.provisioning)
             if touched:
                 metadata[META_PROVISIONING] = json.dumps([list(t) for t in touched])
+        if self.foreign_keys is not None and txn.items:
+            rules = self.foreign_keys.rules_for(txn.items, txn.unchecked)
+            if rules is not None:
+                metadata[META_FOREIGN_KEYS] = rules.encode()
         event = ThlEvent(
             seqno=txn.seqno, epoch=self.epoch, source_id=self.source_id,
             event_id=event_id or position.event_id(txn.session), shard_id=shard,
@@ -492,6 +510,7 @@ class TransactionAssembler:
         self._emit(event)
         txn.fragno += 1
         txn.items = []
+        txn.unchecked.clear()
         txn.rows = txn.size = 0
 
 

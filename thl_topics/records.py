@@ -29,6 +29,10 @@ META_PROVISIONING = "provisioning"
 #: Event metadata of a consistency check: a row range's count and digest on the source at
 #: this point of the THL (JSON: request id, table, range, key bounds, columns, digest).
 META_CHECK = "check"
+#: Event metadata of a fragment deleting or updating rows of a table other tables reference
+#: with cascading foreign keys: the rules and the child tables' specs (JSON,
+#: ``thl_topics.foreign_keys``).
+META_FOREIGN_KEYS = "foreign_keys"
 
 
 #: The chunk header of a chunked fragment's records: ``<index>/<count>``.

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -241,6 +241,18 @@ class ChangesApplier:
         registry = self.cfg.schema_registry.url if self.cfg.schema_registry else None
         yield from readback.read_range(self.kafka, registry, topic, check,
                                        self.cfg.transaction_timeout_s, self.target)
+
+    def rows_matching(self, schema: str, table: str, specs: list[ColumnSpec],
+                      columns: Sequence[str], values: Sequence[tuple[ThlValue, ...]]
+                      ) -> Iterator[list[ThlValue]]:
+        """The rows the table's topic folds into (``consumers.cascades`` keeps the child
+        rows among them): committed records only, the open block's are the caller's.
+        Reads the whole topic, as a check does."""
+        topic = self.names.topic(schema, table, -1)
+        registry = self.cfg.schema_registry.url if self.cfg.schema_registry else None
+        return readback.rows_of_topic(self.kafka, registry, topic, specs,
+                                      any(s.primary_key for s in specs),
+                                      self.cfg.transaction_timeout_s, self.target)
 
     def record_check(self, result: CheckResult) -> None:
         """The result as a record of the group's positions topic (key ``check:<table>:

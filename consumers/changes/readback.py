@@ -46,7 +46,7 @@ from consumers.changes.records import ROW_HEADER, SEQNO_HEADER
 from consumers.check import CheckRange
 from consumers.errors import TransientError
 from thl_topics.checksum import thl_value_of
-from thl_topics.event import ThlValue
+from thl_topics.event import ColumnSpec, ThlValue
 
 _EPOCH = dt.datetime(1970, 1, 1)  # noqa: DTZ001 - DATETIME has no zone
 _EPOCH_DATE = dt.date(1970, 1, 1)
@@ -366,6 +366,20 @@ def materialize(changes: Iterable[Change], keyed: bool) -> list[dict[str, Any]]:
     if negative:
         raise ValueError(f"{len(negative)} keyless row(s) deleted more often than created")
     return [rows[h] for h, n in total.items() for _ in range(n)]
+
+
+def rows_of_topic(kafka: Mapping[str, Any], registry: str | None, topic: str,
+                  specs: list[ColumnSpec], keyed: bool, timeout: float, target: str
+                  ) -> Iterator[list[ThlValue]]:
+    """Every row a data team would fold ``topic`` into, as THL values in ``specs`` order
+    (a cascade's child rows are among them: the caller keeps exact matches)."""
+    try:
+        rows = materialize(ChangeReader(kafka, registry).records([topic], timeout), keyed)
+    except (KafkaException, TimeoutError, RuntimeError) as exc:
+        raise TransientError(f"{target}: reading {topic} back for a cascade: {exc}"
+                             ) from exc
+    for row in rows:
+        yield [thl_value_of(spec, row.get(spec.name)) for spec in specs]
 
 
 def read_range(kafka: Mapping[str, Any], registry: str | None, topic: str, check: CheckRange,

@@ -56,7 +56,7 @@ searchable at the index's refresh interval.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, TransportError, helpers
@@ -442,6 +442,14 @@ class ElasticsearchApplier:
         self._flush()
         alias = self._alias(check.schema, check.table, -1)
         yield from readback.read_range(self.es, alias, check, self.target)
+
+    def rows_matching(self, schema: str, table: str, specs: list[ColumnSpec],
+                      columns: Sequence[str], values: Sequence[tuple[ThlValue, ...]]
+                      ) -> Iterator[list[ThlValue]]:
+        """The child rows of a cascade (``consumers.cascades``) as the index holds them
+        (the open block's unsent documents are not among them: the caller has those)."""
+        yield from readback.rows_matching(self.es, self._alias(schema, table, -1), specs,
+                                          columns, values, self.target)
 
     def record_check(self, result: CheckResult) -> None:
         """A ``check`` document in the tracking index, per table and range."""

@@ -8,11 +8,12 @@ A document of a table without a key stands for ``_rows`` equal rows; tombstones
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, TransportError, helpers
 
+from consumers.cascades import chunks, integer_lookup
 from consumers.check import CheckRange
 from consumers.elasticsearch.types import DELETED, ROWS, decode
 from consumers.errors import TransientError
@@ -54,6 +55,37 @@ def rows_of(specs: list[ColumnSpec], source: dict[str, Any]) -> Iterator[dict[st
     row = {spec.name: decode(spec, source.get(spec.name)) for spec in specs}
     for _ in range(int(source.get(ROWS, 1))):
         yield dict(row)
+
+
+def rows_matching(es: Elasticsearch, alias: str, specs: list[ColumnSpec],
+                  columns: Sequence[str], values: Sequence[tuple[ThlValue, ...]], target: str
+                  ) -> Iterator[list[ThlValue]]:
+    """The rows whose ``columns`` hold one of ``values`` (a cascade's child rows), as THL
+    values in ``specs`` order: matched by a query on integer columns, else every row (the
+    caller keeps exact matches)."""
+    try:
+        if not es.indices.exists(index=alias):
+            return
+        es.indices.refresh(index=alias)
+        stored = column_specs(es, alias)
+        queries: Iterable[dict[str, Any]] = (
+            _matching(columns, chunk) for chunk in chunks(values)) \
+            if integer_lookup(specs, columns, values) else [{"match_all": {}}]
+        for query in queries:
+            for hit in helpers.scan(es, index=alias, query={"query": query}, size=1000):
+                for row in rows_of(stored, hit["_source"]):
+                    yield [thl_value_of(spec, row.get(spec.name)) for spec in specs]
+    except (ApiError, TransportError) as exc:
+        raise TransientError(f"{target}: reading {alias} for a cascade: {exc}") from exc
+
+
+def _matching(columns: Sequence[str], values: Sequence[tuple[ThlValue, ...]]
+              ) -> dict[str, Any]:
+    if len(columns) == 1:
+        return {"terms": {columns[0]: [v[0] for v in values]}}
+    return {"bool": {"minimum_should_match": 1, "should": [
+        {"bool": {"filter": [{"term": {c: v}} for c, v in zip(columns, row, strict=True)]}}
+        for row in values]}}
 
 
 def read_range(es: Elasticsearch, alias: str, check: CheckRange, target: str

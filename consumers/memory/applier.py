@@ -9,7 +9,7 @@ moved behind the applier's back (``MemoryStore.position`` set by a test).
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,7 @@ from consumers.heartbeat import Heartbeat
 from consumers.memory.config import MemoryTarget
 from consumers.position import Position
 from consumers.registry import ApplierContext
-from thl_topics.event import RowAction, RowChange, ThlEvent, ThlValue
+from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent, ThlValue
 from thl_topics.schema_change import SchemaChange
 
 Key = tuple[ThlValue, ...]
@@ -113,6 +113,14 @@ class MemoryApplier:
 
     def drop_table(self, change: SchemaChange, event: ThlEvent) -> None:
         self._restructures.append(lambda: self._drop((change.schema, change.table)))
+
+    def rows_matching(self, schema: str, table: str, specs: list[ColumnSpec],
+                      columns: Sequence[str], values: Sequence[tuple[ThlValue, ...]]
+                      ) -> list[list[ThlValue]]:
+        """Committed rows whose ``columns`` hold one of ``values`` (``consumers.cascades``)."""
+        wanted = set(values)
+        return [[row.get(s.name) for s in specs] for row in self._stored(schema, table)
+                if tuple(row.get(c) for c in columns) in wanted]
 
     def _stored(self, schema: str, table: str) -> list[dict[str, ThlValue]]:
         """Every committed row of a table, keyed and keyless."""

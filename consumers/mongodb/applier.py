@@ -84,7 +84,7 @@ from consumers.provisioning import chunk_of, idempotent_tables
 from consumers.registry import ApplierContext
 from consumers.zero_dates import ZeroDateTally, count_zero_dates
 from replicator import crashpoints
-from thl_topics.event import RowChange, ThlEvent, ThlValue
+from thl_topics.event import ColumnSpec, RowChange, ThlEvent, ThlValue
 from thl_topics.schema_change import SchemaChange
 
 log = logging.getLogger(__name__)
@@ -454,6 +454,16 @@ class MongoApplier:
             self._writes, self._keyless, self._clears = KeyedWrites(), {}, {}
         yield from readback.read_range(self.client, self.cfg, self.service, check, self.target,
                                        self.server.ferretdb)
+
+    def rows_matching(self, schema: str, table: str, specs: list[ColumnSpec],
+                      columns: Sequence[str], values: Sequence[tuple[ThlValue, ...]]
+                      ) -> Iterator[list[ThlValue]]:
+        """The child rows of a cascade (``consumers.cascades``) as the collection holds
+        them (the open block's unwritten documents are not among them: the caller has
+        those)."""
+        yield from readback.rows_matching(self.client, self.cfg, self.service, schema, table,
+                                          specs, columns, values, self.target,
+                                          self.server.ferretdb)
 
     def record_check(self, result: CheckResult) -> None:
         """Upsert the range's document in ``tungsten_<service>.consistency``."""

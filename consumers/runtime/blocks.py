@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from consumers.applier import Applier, BlockLimits
 from consumers.errors import ConsumerError
@@ -69,9 +70,17 @@ class Quiet(enum.Enum):
     HANDLED = "handled"
 
 
+class Applying(Protocol):
+    """How fragments reach an applier (``preparation.Preparation``)."""
+
+    def apply(self, applier: Applier, event: ThlEvent) -> None: ...
+
+    def block_begun(self, applier: Applier) -> None: ...
+
+
 class BlockLoop:
     """Applies fragments in blocks on ``applier`` while ``running()``; ``who`` names the
-    loop in its messages. Every fragment goes through ``apply`` (or is skipped) and
+    loop in its messages. Every fragment goes through ``prep.apply`` (or is skipped) and
     ``count_rows``; every commit comes after ``before_commit``, which may raise to stop it."""
 
     #: Seconds of the longest wait for a fragment.
@@ -84,13 +93,13 @@ class BlockLoop:
     patient_until_first_seqno: bool
 
     def __init__(self, who: str, applier: Applier, limits: BlockLimits,
-                 apply: Callable[[Applier, ThlEvent], None],
+                 prep: Applying,
                  count_rows: Callable[[ThlEvent], None],
                  before_commit: Callable[[], None]) -> None:
         self.who = who
         self.applier = applier
         self.limits = limits
-        self._apply = apply
+        self._prep = prep
         self._count_rows = count_rows
         self._before_commit = before_commit
         self._block_s = limits.ms / 1000
@@ -163,6 +172,7 @@ class BlockLoop:
                 self.commit()
             if self.block is None:
                 self.applier.begin()
+                self._prep.block_begun(self.applier)
                 self.block = Block(opened=time.monotonic())
                 self.opened()
             self.in_seqno = event.seqno
@@ -176,7 +186,7 @@ class BlockLoop:
                 log.warning("%s: skipped seqno %d (%s) as the operator asked: its data is "
                             "not applied", self.who, event.seqno, event.event_id)
         else:
-            self._apply(self.applier, event)
+            self._prep.apply(self.applier, event)
         block.rows += sum(item.row_count for item in event.data
                           if isinstance(item, RowChange))
         block.bytes += fragment.size

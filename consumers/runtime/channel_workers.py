@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from consumers.applier import Applier, BlockLimits
 from consumers.position import Position
-from consumers.runtime.blocks import Block, BlockLoop, Fragment, Quiet
+from consumers.runtime.blocks import Applying, Block, BlockLoop, Fragment, Quiet
 from replicator import crashpoints
 from thl_topics.event import ThlEvent
 
@@ -79,10 +79,10 @@ class ChannelWorker(BlockLoop):
 
     def __init__(self, number: int, name: str, applier: Applier, limits: BlockLimits,
                  position: Position | None, passed: _Passed,
-                 apply: Callable[[Applier, ThlEvent], None],
+                 prep: Applying,
                  before_commit: Callable[[], None], report: Callable[[Committed], None],
                  count_rows: Callable[[ThlEvent], None], queue_size: int) -> None:
-        super().__init__(f"channel {number}", applier, limits, apply, count_rows,
+        super().__init__(f"channel {number}", applier, limits, prep, count_rows,
                          before_commit)
         self.number = number
         #: The channel's stored position (last committed).
@@ -177,7 +177,7 @@ class ChannelSet:
 
     def __init__(self, name: str, appliers: Sequence[Applier], limits: BlockLimits,
                  positions: Sequence[Position | None],
-                 apply: Callable[[Applier, ThlEvent], None],
+                 prep: Applying,
                  before_commit: Callable[[], None],
                  count_rows: Callable[[ThlEvent], None]) -> None:
         self.reports: queue.SimpleQueue[Committed] = queue.SimpleQueue()
@@ -188,7 +188,7 @@ class ChannelSet:
         self._passed = _Passed(lowest)
         size = max(4 * limits.events, 64)
         self.workers = [
-            ChannelWorker(c, name, a, limits, positions[c], self._passed, apply,
+            ChannelWorker(c, name, a, limits, positions[c], self._passed, prep,
                           before_commit, self.reports.put, count_rows, size)
             for c, a in enumerate(appliers)]
 

@@ -40,7 +40,7 @@ class ParallelStream:
             raise RuntimeError("parallel stream before the handshake")
         self.shards = book.shards
         self.channels = book.running = ChannelSet(
-            self.name, group.appliers, group.limits, book.start, group.prep.apply,
+            self.name, group.appliers, group.limits, book.start, group.prep,
             group.control.check_lead, group.metrics.rows)
 
     def run(self) -> None:

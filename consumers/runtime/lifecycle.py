@@ -115,7 +115,7 @@ class ConsumerRuntime:
                    if isinstance(positions, ServiceNodes) else None)
         prep = Preparation(replicate, chain, feed.tracking_schema, applier,
                            RangeChecks(name, replicate, self.capabilities, control), pending,
-                           cfg.schema_changes)
+                           cfg.schema_changes, cfg.foreign_keys, self.metrics)
         self._group = Group(name, self.appliers, self.limits, self._ctl, prep,
                             self.metrics, positions, self._channel_book)
         self._sessions = Sessions(self._group, feed.topic,

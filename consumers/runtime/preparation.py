@@ -13,9 +13,11 @@ from dataclasses import replace
 from typing import cast
 
 from consumers.applier import Applier, DropsColumns, Restructures, StatementPolicy, Truncates
+from consumers.cascades import Cascades, ForeignKeyMode
 from consumers.check import check_of
 from consumers.errors import ConsumerError, DataError
 from consumers.heartbeat import HEARTBEAT_TABLE, Heartbeat, heartbeats
+from consumers.metrics import ConsumerMetrics
 from consumers.provisioning import PendingProvisioning
 from consumers.runtime.checks import RangeChecks
 from consumers.schema_changes import Action, SchemaChangeMode, action, stopped
@@ -36,7 +38,9 @@ class Preparation:
     def __init__(self, replicate: ReplicateFilter, chain: FilterChain, tracking_schema: str,
                  applier: Applier, checks: RangeChecks,
                  pending: PendingProvisioning | None = None,
-                 schema_changes: SchemaChangeMode = "lenient") -> None:
+                 schema_changes: SchemaChangeMode = "lenient",
+                 foreign_keys: ForeignKeyMode = "follow",
+                 metrics: ConsumerMetrics | None = None) -> None:
         self.filter = replicate
         self.chain = chain
         self.tracking_schema = tracking_schema
@@ -46,6 +50,11 @@ class Preparation:
         self.pending = pending
         self.schema_changes = schema_changes
         replays = self.capabilities.statements is StatementPolicy.APPLY
+        #: Cascades carried out here: not where the target replays the source's DDL, and
+        #: with it keeps the same foreign keys, which cascade by themselves.
+        self.cascades = Cascades(replicate.keeps) \
+            if foreign_keys == "follow" and not replays else None
+        self.metrics = metrics
         #: The change kinds the applier carries out itself, since it does not replay the
         #: statement (``Truncates``, ``Restructures``).
         self.carried: frozenset[ChangeKind] = frozenset() if replays else frozenset(
@@ -58,6 +67,11 @@ class Preparation:
         if self.pending is not None:
             self.pending.read_now()
 
+    def block_begun(self, applier: Applier) -> None:
+        """``applier`` (the group's, or a channel's) opened a block."""
+        if self.cascades is not None:
+            self.cascades.begun(applier)
+
     def apply(self, applier: Applier, event: ThlEvent) -> None:
         """One fragment into the open block of ``applier`` (the group's; with channels, the
         channel's), with the seqno on any error it raises."""
@@ -67,7 +81,7 @@ class Preparation:
             return
         try:
             carried = self.carried_out(event)
-            prepared, beats = self.prepare(event)
+            prepared, beats = self.prepare(event, applier)
             if prepared.data:
                 applier.apply(prepared)
             for change, done in carried:
@@ -79,11 +93,14 @@ class Preparation:
                 exc.seqno, exc.event_id = event.seqno, event.event_id
             raise
 
-    def prepare(self, event: ThlEvent) -> tuple[ThlEvent, list[Heartbeat]]:
+    def prepare(self, event: ThlEvent, applier: Applier | None = None
+                ) -> tuple[ThlEvent, list[Heartbeat]]:
         """What of ``event`` this target gets, and the heartbeats it carries.
 
         In order: the replicator's own rows come out (heartbeats are kept aside), the
-        group's replicate/ignore filter, its filter chain, then what the applier declared:
+        group's replicate/ignore filter, the child row changes of foreign-key cascades
+        (``consumers.cascades``, looked up on ``applier``: the group's when None), its
+        filter chain, then what the applier declared:
         its statement policy and whether it takes tables without a key (a pkey filter in
         the chain may have given them one); last, changes to tables a provisioning empties
         and reloads further on are marked to be applied leniently (``consumers.provisioning``).
@@ -102,6 +119,10 @@ class Preparation:
                 kept.append(item)
         if len(kept) != len(event.data):
             event = replace(event, data=kept)
+        if self.cascades is not None and event.data:
+            event, done = self.cascades.follow(event, applier or self.applier)
+            if done.rows and self.metrics is not None:
+                self.metrics.cascaded(done.rows, done.depth)
         if self.chain and event.data:
             try:
                 filtered = self.chain(event)

@@ -23,7 +23,7 @@ class SingleStream(BlockLoop):
 
     def __init__(self, session: Session) -> None:
         group = session.group
-        super().__init__(group.name, group.applier, group.limits, group.prep.apply,
+        super().__init__(group.name, group.applier, group.limits, group.prep,
                          group.metrics.rows, group.control.check_lead)
         self.session = session
         self.group = group

@@ -56,7 +56,7 @@ from consumers.sql.types import policy_for
 from replicator import crashpoints
 from replicator.sql_names import is_trigger_statement
 from replicator.tracking import PositionMoved
-from thl_topics.event import RowChange, Statement, ThlEvent, ThlValue
+from thl_topics.event import ColumnSpec, RowChange, Statement, ThlEvent, ThlValue
 from thl_topics.schema_change import SchemaChange
 
 log = logging.getLogger(__name__)
@@ -280,6 +280,23 @@ class SqlApplier:
         except sa_exc.DBAPIError as exc:
             raise self._classify(exc, f"reading {target.qualified} for a check") from exc
         yield from readback.thl_rows(check, rows)
+
+    def rows_matching(self, schema: str, table: str, specs: list[ColumnSpec],
+                      columns: Sequence[str], values: Sequence[tuple[ThlValue, ...]]
+                      ) -> list[list[ThlValue]]:
+        """The child rows of a cascade (``consumers.cascades``), read in the open
+        transaction: ``WHERE (fk) IN (...)``."""
+        target = self._tables.lookup(schema, table, specs)
+        if target is None:
+            return []
+        rows: list[list[ThlValue]] = []
+        try:
+            for query in readback.matching_queries(target, specs, columns, values,
+                                                   self.dialect):
+                rows.extend(readback.rows_of(specs, self._db.execute(query).all()))
+        except sa_exc.DBAPIError as exc:
+            raise self._classify(exc, f"reading {target.qualified} for a cascade") from exc
+        return rows
 
     def record_check(self, result: CheckResult) -> None:
         """Upsert the range's row of Tungsten's ``consistency`` table."""

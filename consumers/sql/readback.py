@@ -19,7 +19,7 @@ from consumers.errors import DataError
 from consumers.sql.statements import TargetTable
 from consumers.sql.types import adapt
 from thl_topics.checksum import thl_value_of
-from thl_topics.event import ThlValue
+from thl_topics.event import ColumnSpec, ThlValue
 from thl_topics.values import from_thl
 
 
@@ -50,6 +50,35 @@ def range_query(target: TargetTable, check: CheckRange, dialect: str, store: str
 
 def thl_rows(check: CheckRange, rows: Sequence[Sequence[Any]]) -> Iterator[list[ThlValue]]:
     """The rows read for ``check``, as THL values."""
+    return rows_of(check.specs, rows)
+
+
+def rows_of(specs: Sequence[ColumnSpec], rows: Sequence[Sequence[Any]]
+            ) -> Iterator[list[ThlValue]]:
+    """Rows read for ``specs``, as THL values."""
     for row in rows:
-        yield [thl_value_of(spec, value) for spec, value in zip(check.specs, row,
-                                                                strict=True)]
+        yield [thl_value_of(spec, value) for spec, value in zip(specs, row, strict=True)]
+
+
+#: Values per IN list (Oracle takes at most 1000).
+MATCH_CHUNK = 1000
+
+
+def matching_queries(target: TargetTable, specs: Sequence[ColumnSpec], columns: Sequence[str],
+                     values: Sequence[Sequence[ThlValue]], dialect: str
+                     ) -> Iterator[sa.Select[Any]]:
+    """Queries of the rows of ``target`` whose ``columns`` hold one of ``values`` (the child
+    rows of a cascade), ``specs`` selected (NULL where the table lacks a column)."""
+    t = target.table
+    selected = [t.c[c.name] if c.name in target.types else sa.null() for c in specs]
+    if any(c not in target.types for c in columns):
+        return  # the table lacks a key column: no row can match
+    by_name = {c.name: c for c in specs}
+    keys = [t.c[c] for c in columns]
+    typed = [tuple(adapt(from_thl(by_name[c], v), target.types[c], dialect, by_name[c])
+                   for c, v in zip(columns, row, strict=True)) for row in values]
+    for start in range(0, len(typed), MATCH_CHUNK):
+        chunk = typed[start:start + MATCH_CHUNK]
+        where = keys[0].in_([r[0] for r in chunk]) if len(keys) == 1 else \
+            sa.tuple_(*keys).in_(chunk)
+        yield sa.select(*selected).where(where)

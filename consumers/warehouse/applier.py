@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from consumers.applier import Atomicity, BlockLimits, Capabilities, StatementPolicy
@@ -66,7 +66,7 @@ from consumers.zero_dates import ZeroDateTally, count_zero_dates
 from replicator import crashpoints
 from replicator.progress import CatchUp
 from thl_topics.errors import ThlError
-from thl_topics.event import RowChange, ThlEvent, ThlValue
+from thl_topics.event import ColumnSpec, RowChange, ThlEvent, ThlValue
 from thl_topics.reader import ThlReader
 from thl_topics.schema_change import ChangeKind, SchemaChange
 
@@ -404,6 +404,26 @@ class WarehouseApplier:
             raise
         except Exception as exc:
             raise self._classify(exc, f"reading {ref} for a check") from exc
+
+    def rows_matching(self, schema: str, table: str, specs: list[ColumnSpec],
+                      columns: Sequence[str], values: Sequence[tuple[ThlValue, ...]]
+                      ) -> list[list[ThlValue]]:
+        """The child rows of a cascade (``consumers.cascades``) as the Delta table holds
+        them at its last commit (the open block's staged rows: the caller has those)."""
+        writer = self.writer
+        ref = writer.resolve(schema, table)
+        try:
+            delta = writer.schema(ref)  # committed schemas: plan() works on a copy
+            if delta is None:
+                return []
+            return list(readback.rows_matching(
+                self.spark, ref, {name: kind for name, (_, kind) in delta.items()}, specs,
+                columns, values, history=self.cfg.keyless == "history"
+                and not any(s.primary_key for s in specs)))
+        except ConsumerError:
+            raise
+        except Exception as exc:
+            raise self._classify(exc, f"reading {ref} for a cascade") from exc
 
     def record_check(self, result: CheckResult) -> None:
         try:

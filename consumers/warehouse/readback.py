@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from consumers.cascades import chunks, integer_lookup
 from consumers.check import CheckRange
 from consumers.warehouse.merge import OP, ROW, SEQNO
 from consumers.warehouse.naming import TableRef, quote_name
@@ -66,6 +67,37 @@ def read_range(spark: SparkSession, ref: TableRef, columns: dict[str, str],
         if key_at and not check.contains([values[i] for i in key_at]):
             continue
         yield values
+
+
+def rows_matching(spark: SparkSession, ref: TableRef, columns: dict[str, str],
+                  specs: list[ColumnSpec], keys: Sequence[str],
+                  values: Sequence[tuple[ThlValue, ...]], history: bool
+                  ) -> Iterator[list[ThlValue]]:
+    """The rows whose ``keys`` columns hold one of ``values`` (a cascade's child rows), as
+    THL values in ``specs`` order: matched by Spark where the key columns are integers of
+    the type the source's map to, else every row (the caller keeps exact matches)."""
+    selected = [_select(spec, columns.get(spec.name.lower())) for spec in specs]
+    if history:
+        order = f"{quote_name(SEQNO)}, {quote_name(ROW)}"
+        yield from _replay(spark.sql(
+            f"SELECT {quote_name(OP)}, {', '.join(selected)} FROM {ref.sql} "
+            f"ORDER BY {order}").toLocalIterator(), specs)
+        return
+    by_name = {spec.name: spec for spec in specs}
+    types = [columns.get(k.lower(), "") for k in keys]
+    wheres = [""]
+    if integer_lookup(specs, keys, values) and all(
+            _EXACT_KEY.fullmatch(t) and t == spark_type(by_name[k])
+            for k, t in zip(keys, types, strict=True)):
+        wheres = [" OR ".join("(" + " AND ".join(
+            f"{quote_name(k)} = {_literal(v, t)}" for k, t, v in zip(keys, types, row,
+                                                                      strict=True)) + ")"
+            for row in chunk) for chunk in chunks(values)]
+    for where in wheres:
+        sql = f"SELECT {', '.join(selected)} FROM {ref.sql}" + (f" WHERE {where}"
+                                                                 if where else "")
+        for row in spark.sql(sql).toLocalIterator():
+            yield [_thl(spec, value) for spec, value in zip(specs, row, strict=True)]
 
 
 def _select(spec: ColumnSpec, delta_type: str | None) -> str:

@@ -71,10 +71,35 @@ BLOBS = Table(
 #: ITEMS after ``RENAME TABLE items TO goods`` and ``RENAME COLUMN name TO label``.
 GOODS = Table("goods", "", ("id", "label", "qty", "price"), ("id",))
 
+#: Foreign keys that cascade, two levels deep, and SET NULL (issue 29): InnoDB changes the
+#: child rows, the binlog holds only the parent's change.
+ORDERS = Table(
+    "orders",
+    "CREATE TABLE {s}.orders (id INT PRIMARY KEY, note VARCHAR(20)) ENGINE=InnoDB",
+    ("id", "note"), ("id",))
+LINES = Table(
+    "lines",
+    "CREATE TABLE {s}.lines (id INT PRIMARY KEY, order_id INT NOT NULL, qty INT, "
+    "CONSTRAINT fk_lines_order FOREIGN KEY (order_id) REFERENCES {s}.orders (id) "
+    "ON DELETE CASCADE ON UPDATE CASCADE) ENGINE=InnoDB",
+    ("id", "order_id", "qty"), ("id",))
+PARTS = Table(
+    "parts",
+    "CREATE TABLE {s}.parts (id INT PRIMARY KEY, line_id INT, label VARCHAR(20), "
+    "CONSTRAINT fk_parts_line FOREIGN KEY (line_id) REFERENCES {s}.lines (id) "
+    "ON DELETE CASCADE) ENGINE=InnoDB",
+    ("id", "line_id", "label"), ("id",))
+NOTES = Table(
+    "notes",
+    "CREATE TABLE {s}.notes (id INT PRIMARY KEY, order_id INT NULL, body VARCHAR(20), "
+    "CONSTRAINT fk_notes_order FOREIGN KEY (order_id) REFERENCES {s}.orders (id) "
+    "ON DELETE SET NULL ON UPDATE SET NULL) ENGINE=InnoDB",
+    ("id", "order_id", "body"), ("id",))
+
 ALL = (READY, ITEMS, COMPOSITE, NOPK, TYPES, HOSTILE, BIG, GENERATED, BLOBS)
 
-__all__ = ["ALL", "BIG", "BLOBS", "COMPOSITE", "GENERATED", "GOODS", "HOSTILE", "ITEMS", "NOPK",
-           "READY", "TYPES", "TYPES_ROWS", "Table"]
+__all__ = ["ALL", "BIG", "BLOBS", "COMPOSITE", "GENERATED", "GOODS", "HOSTILE", "ITEMS", "LINES",
+           "NOPK", "NOTES", "ORDERS", "PARTS", "READY", "TYPES", "TYPES_ROWS", "Table"]
 
 
 def mysql_name(table: Table) -> str:

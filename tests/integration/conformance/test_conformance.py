@@ -26,7 +26,11 @@ from .tables import (
     GOODS,
     HOSTILE,
     ITEMS,
+    LINES,
     NOPK,
+    NOTES,
+    ORDERS,
+    PARTS,
     TYPES,
     TYPES_ROWS,
     ZERO_DATES,
@@ -317,6 +321,43 @@ def test_schema_changes_evolve_renames_and_drops(conformance: Conformance) -> No
     assert columns is not None and "price" not in columns, columns
     assert svc.compare(replace(GOODS, columns=("id", "label", "qty"))) == {"goods": 5}
     _assert_equal(svc, f"{s}.goods")
+
+
+def test_foreign_key_cascades_reach_every_target(conformance: Conformance) -> None:
+    """ON DELETE CASCADE two levels deep, ON UPDATE CASCADE and SET NULL: InnoDB changes the
+    child rows and the binlog holds only the parent's change. Every kind ends equal to the
+    source: the MariaDB target through its own foreign keys (the DDL is replayed), every
+    other kind by looking the child rows up and changing them in the parent's block; that
+    holds for child rows committed long before, for rows written in the same transaction
+    as the parent's delete, and across a restart right after a cascade."""
+    svc = conformance
+    svc.start()
+    svc.create(ORDERS, LINES, PARTS, NOTES)
+    s = svc.schema
+    svc.src(f"INSERT INTO {s}.orders VALUES (1, 'one'), (2, 'two'), (3, 'three'), (4, 'four')",
+            f"INSERT INTO {s}.lines VALUES (10, 1, 5), (11, 1, 6), (12, 2, 7), (13, 3, 8)",
+            f"INSERT INTO {s}.parts VALUES (100, 10, 'a'), (101, 11, 'b'), (102, 12, 'c'), "
+            "(103, 13, 'd'), (104, NULL, 'loose')",
+            f"INSERT INTO {s}.notes VALUES (1000, 1, 'n1'), (1001, 2, 'n2'), (1002, 3, 'n3')")
+    svc.wait_source_applied()
+    # Two levels: lines 10 and 11, then parts 100 and 101; note 1000 loses its order.
+    svc.src(f"DELETE FROM {s}.orders WHERE id = 1")
+    # Children written in the same transaction as the parent's delete.
+    svc.src(f"INSERT INTO {s}.lines VALUES (14, 4, 9)",
+            f"INSERT INTO {s}.parts VALUES (105, 14, 'e')",
+            f"UPDATE {s}.parts SET label = 'moved' WHERE id = 103",
+            f"DELETE FROM {s}.orders WHERE id = 4")
+    # ON UPDATE CASCADE re-points line 12; ON UPDATE SET NULL clears note 1001.
+    svc.src(f"UPDATE {s}.orders SET id = 20 WHERE id = 2")
+    _restart_right_after(svc, f"DELETE FROM {s}.orders WHERE id = 3")
+    svc.src(f"INSERT INTO {s}.lines VALUES (15, 20, 1)",
+            f"DELETE FROM {s}.orders WHERE id = 20")
+    svc.wait_source_applied()
+    assert svc.status()["state"] == "ONLINE"
+    assert svc.compare(ORDERS, LINES, PARTS, NOTES) == {
+        "orders": 0, "lines": 0, "parts": 1, "notes": 3}
+    for table in ("lines", "parts", "notes"):
+        _assert_equal(svc, f"{s}.{table}")
 
 
 def test_schema_changes_exception_stops_at_the_first_change(conformance: Conformance) -> None:
