@@ -360,6 +360,47 @@ def test_foreign_key_cascades_reach_every_target(conformance: Conformance) -> No
         _assert_equal(svc, f"{s}.{table}")
 
 
+def test_a_real_schema_leaves_every_kind_online_and_equal(conformance: Conformance) -> None:
+    """Issue 29's workload in one schema whose name has a space: a table with a trigger
+    writing an audit row, a 64-character column, zero dates, the largest BIGINT UNSIGNED
+    key, and two levels of ON DELETE CASCADE. Every kind stays ONLINE and ``trepctl check``
+    finds each table equal."""
+    svc = conformance
+    odd = f"{svc.schema} x"
+    svc.configure(filters={"replicate": [f"{svc.schema}.*", f"{odd}.*"]})
+    svc.start()
+    svc.create(ITEMS)
+    q = f"`{odd}`"
+    long, top = "c" * 64, (1 << 64) - 1
+    try:
+        svc.src(f"CREATE DATABASE {q}")
+        svc.src(f"CREATE TABLE {q}.wide (id BIGINT UNSIGNED PRIMARY KEY, `{long}` VARCHAR(20))",
+                f"CREATE TABLE {q}.zero (id INT PRIMARY KEY, d DATE NULL, note VARCHAR(20))",
+                f"CREATE TABLE {q}.audited (id INT PRIMARY KEY, total INT)",
+                f"CREATE TABLE {q}.audit (id INT AUTO_INCREMENT PRIMARY KEY, audited_id INT)",
+                f"CREATE TRIGGER {q}.audited_ai AFTER INSERT ON {q}.audited FOR EACH ROW "
+                f"INSERT INTO {q}.audit (audited_id) VALUES (NEW.id)",
+                *(t.mysql.format(s=q) for t in (ORDERS, LINES, PARTS)))
+        svc.src(f"INSERT INTO {q}.wide VALUES ({top}, 'top'), (0, 'zero'), ({top - 1}, 'x')",
+                f"INSERT INTO {q}.audited VALUES (1, 10), (2, 20)",
+                f"INSERT INTO {q}.orders VALUES (1, 'one'), (2, 'two')",
+                f"INSERT INTO {q}.lines VALUES (10, 1, 1), (11, 2, 1)",
+                f"INSERT INTO {q}.parts VALUES (100, 10, 'a'), (101, 11, 'b')")
+        svc.src("SET sql_mode = ''",
+                f"INSERT INTO {q}.zero VALUES (1, '0000-00-00', 'zero'), (2, '2024-01-02', 'x')")
+        svc.src(f"UPDATE {q}.wide SET `{long}` = 'changed' WHERE id = {top}",
+                f"DELETE FROM {q}.wide WHERE id = {top - 1}",
+                f"UPDATE {q}.audited SET total = 5 WHERE id = 2",
+                f"INSERT INTO {q}.audited VALUES (3, 30)",
+                f"DELETE FROM {q}.orders WHERE id = 1")
+        svc.wait_source_applied()
+        assert svc.status()["state"] == "ONLINE"
+        for table in ("wide", "zero", "audited", "audit", "orders", "lines", "parts"):
+            _assert_equal(svc, f"{odd}.{table}")
+    finally:
+        svc.src(f"DROP DATABASE IF EXISTS {q}")
+
+
 def test_schema_changes_exception_stops_at_the_first_change(conformance: Conformance) -> None:
     """``schema_changes: exception``: every kind stops at the DDL's own seqno, naming the
     change and the modes that would let it through, with everything before it applied."""

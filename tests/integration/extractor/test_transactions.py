@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from thl_topics.event import RowAction, RowChange, Statement, ThlEvent, ThlValue
+from thl_topics.foreign_keys import CascadeRules, Referential
+from thl_topics.records import META_FOREIGN_KEYS
 from thl_topics.schema_change import ChangeKind, SchemaChange
 
 from .conftest import ServiceUnderTest
@@ -170,3 +172,39 @@ def test_ddl_statements_carry_their_schema_changes(running: ServiceUnderTest) ->
         None,
         [SchemaChange(ChangeKind.DROP_TABLE, s, "v")],
     ]
+
+
+def test_deletes_and_key_updates_of_referenced_tables_carry_their_cascading_keys(
+        running: ServiceUnderTest) -> None:
+    """InnoDB's cascades are not in the binlog: the fragment of a parent's DELETE or UPDATE
+    carries the source's cascading foreign keys, two levels deep, with the child tables'
+    specs; read again after a DDL adds one; not on inserts, nor with foreign_key_checks=0."""
+    s = running.schema
+    running.sql(f"CREATE TABLE {s}.p (id INT PRIMARY KEY) ENGINE=InnoDB")
+    running.sql(f"CREATE TABLE {s}.c (id INT PRIMARY KEY, p_id INT, CONSTRAINT fk_c "
+                f"FOREIGN KEY (p_id) REFERENCES {s}.p (id) ON DELETE CASCADE) ENGINE=InnoDB")
+    running.sql(f"CREATE TABLE {s}.g (id INT PRIMARY KEY, c_id INT, note VARCHAR(10)) "
+                "ENGINE=InnoDB")
+    running.sql(f"INSERT INTO {s}.p VALUES (1), (2), (3)",
+                f"INSERT INTO {s}.c VALUES (10, 1), (20, 2)")
+    running.sql(f"DELETE FROM {s}.p WHERE id = 1")
+    # The catalog is the source's as it is when the extractor reads it: let it pass the
+    # delete before the next key is added.
+    running.wait_for_seqno(4)
+    running.sql(f"ALTER TABLE {s}.g ADD CONSTRAINT fk_g FOREIGN KEY (c_id) REFERENCES "
+                f"{s}.c (id) ON DELETE SET NULL ON UPDATE CASCADE")
+    running.sql(f"UPDATE {s}.p SET id = 30 WHERE id = 3")
+    running.sql("SET foreign_key_checks = 0", f"DELETE FROM {s}.p WHERE id = 2")
+    events = running.wait_for_seqno(7)
+    marks = {e.seqno: e.metadata.get(META_FOREIGN_KEYS) for e in events}
+    assert marks[3] is None  # inserts
+    first = CascadeRules.decode(marks[4] or "")
+    assert [(r.name, r.parent, r.child, r.on_delete) for r in first.rules] == [
+        ("fk_c", (s, "p"), (s, "c"), Referential.CASCADE)]
+    assert [c.name for c in first.tables[(s, "c")]] == ["id", "p_id"]
+    after_ddl = CascadeRules.decode(marks[6] or "")
+    assert [(r.name, r.child_columns, r.on_delete, r.on_update) for r in after_ddl.rules] == [
+        ("fk_c", ("p_id",), Referential.CASCADE, Referential.RESTRICT),
+        ("fk_g", ("c_id",), Referential.SET_NULL, Referential.CASCADE)]
+    assert set(after_ddl.tables) == {(s, "c"), (s, "g")}
+    assert marks[7] is None  # foreign_key_checks=0: InnoDB cascaded nothing

@@ -22,3 +22,16 @@ def test_triggers_on_target_tables_are_counted_and_listed() -> None:
         registry).decode()
     metrics.target_triggers("s.orders", [])  # dropped on the target, table seen again
     assert metrics.trigger_notes() == "s.items: stamp (BEFORE INSERT)"
+
+
+def test_cascades_count_child_rows_and_keep_the_deepest_chain() -> None:
+    registry = CollectorRegistry()
+    metrics = ConsumerMetrics(registry, "svc", "g")
+    text = generate_latest(registry).decode()
+    assert 'trep_cascaded_rows_total{group="g",service="svc"} 0.0' in text
+    assert 'trep_cascade_depth{group="g",service="svc"} 0.0' in text
+    metrics.cascaded(3, 2)
+    metrics.cascaded(1, 1)
+    text = generate_latest(registry).decode()
+    assert 'trep_cascaded_rows_total{group="g",service="svc"} 4.0' in text
+    assert 'trep_cascade_depth{group="g",service="svc"} 2.0' in text

@@ -20,7 +20,9 @@ from consumers.position import Position
 from consumers.runtime import ConsumerRuntime, FeedSettings
 from replicator.control import Desired
 from thl_topics.event import ColumnSpec, RowAction, RowChange, Statement, ThlEvent
+from thl_topics.foreign_keys import CascadeRules, ForeignKey, Referential
 from thl_topics.reader import ThlRecord
+from thl_topics.records import META_FOREIGN_KEYS
 from thl_topics.schema_change import ChangeKind, SchemaChange
 
 TRACKING = "tungsten_t"
@@ -581,3 +583,29 @@ def test_a_process_that_leads_at_once_does_not_warm_up() -> None:
     target = WarmingTarget()
     _run([_rec(i, i) for i in range(2)], _at(1), target=target)
     assert target.warmed == 0
+
+
+def test_cascades_reach_child_rows_of_the_same_block_and_ignore_leaves_them(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The child rows are written in the block before the process knows the table is a
+    child (the parent's delete carries the rules): the block is applied again, once, and
+    the cascade finds them; ``foreign_keys: ignore`` keeps them."""
+    child = [ColumnSpec(1, "id", "INT", primary_key=True), ColumnSpec(2, "t_id", "INT")]
+    rules = CascadeRules(
+        rules=[ForeignKey("fk", ("db", "t"), ("id",), ("db", "c"), ("t_id",),
+                          Referential.CASCADE, Referential.RESTRICT)],
+        tables={("db", "c"): child})
+    delete = RowChange(RowAction.DELETE, "db", "t", key_specs=_row(0).column_specs,
+                       key_values=[[0, "v0"]])
+    records = [_rec(0, 0, data=[_row(0), RowChange(RowAction.INSERT, "db", "c", child,
+                                                   column_values=[[1, 0], [2, 5]])]),
+               _rec(1, 1, data=[delete]), _rec(2, 2)]
+    parent = records[1].event
+    assert parent is not None
+    parent.metadata[META_FOREIGN_KEYS] = rules.encode()
+    target, _, _ = _run(records, _at(2))
+    assert target.rows("db", "c") == [{"id": 2, "t_id": 5}]
+    assert "db.c is a child table this block wrote before it was known" in caplog.text
+    assert set(target.store.applied.values()) == {1}
+    target, _, _ = _run(records, _at(2), group=_group(foreign_keys="ignore"))
+    assert len(target.rows("db", "c")) == 2
