@@ -7,8 +7,9 @@ UPDATE, 5% DELETE):
 1. **Extraction**, alternating runs (``--runs``): this project's extractor
    (``trep-extractor``) and Debezium's MariaDB connector (Kafka Connect standalone, jars from
    Maven Central, with JsonConverter schemas on and off), each from the same binlog start
-   into Kafka. Before the workload the source's binlog is reset (``RESET MASTER``: this
-   invalidates the positions of any other service on the local stack, such as the demo's):
+   into Kafka. The benchmark has a MariaDB source of its own (``mariadb-bench-source``,
+   started and stopped here), whose binlog it resets (``RESET MASTER``) before the
+   workload, so the stack's shared source and the demo's positions are left alone:
    Debezium with ``snapshot.mode=never`` streams from the first binlog file, so both read
    exactly the workload's binlog.
 2. **Apply**, alternating runs: this project's SQL applier into the MariaDB target and into
@@ -52,10 +53,11 @@ import yaml
 from compare_apply import Replica, apply_groups, run_apply, run_native
 from compare_extract import DEBEZIUM_VERSION, debezium_jars, run_debezium, run_ours
 from compare_latency import Latency, latency_sweep, pipeline_latency
-from compare_workload import RUN, Workload, write_workload
+from compare_workload import RUN, SOURCE, Workload, write_workload
 from results import RESULTS, write_result
 
 from stack import settings
+from stack.services.mariadb import bench_source
 from stack.settings import JAVA_HOME
 from thl_topics.reader import ThlReader
 from trep.config import ServiceConfig, load_config
@@ -243,8 +245,18 @@ def latency_only(ceiling: float, s: Settings, before: dict[str, Any]) -> None:
 
 
 def compare(s: Settings) -> None:
-    """Extraction, apply and latency on one fresh binlog; the result written and shown."""
+    """Extraction, apply and latency on one fresh binlog of the benchmark's own source; the
+    result written and shown."""
     RUN.mkdir(parents=True, exist_ok=True)
+    source = bench_source()
+    source.start()
+    try:
+        _compare(s)
+    finally:
+        source.stop()
+
+
+def _compare(s: Settings) -> None:
     before = machine()
     if s.latency_only is not None:
         latency_only(s.latency_only, s, before)
@@ -256,7 +268,7 @@ def compare(s: Settings) -> None:
         replica.start()
     print(f"writing {s.txns} transactions x 10 statements into a fresh binlog ...",
           flush=True)
-    work = write_workload(settings.port("mariadb-source"), f"bc_{uuid.uuid4().hex[:6]}",
+    work = write_workload(settings.port(SOURCE), f"bc_{uuid.uuid4().hex[:6]}",
                           s.txns)
     print(f"  {work.rows} row changes in {work.write_seconds} s, binlog {work.start} .. "
           f"{work.end}", flush=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pymysql
 import sqlalchemy as sa
-from compare_workload import RUN, Workload, mariadb_digest, pg_digest, query
+from compare_workload import RUN, SOURCE, Workload, mariadb_digest, pg_digest, query
 from group_timing import time_group
 from processes import cpu_seconds
 from service import connect_mysql
@@ -49,7 +49,7 @@ def slave_status(port: int) -> dict[str, Any]:
 def run_native(replica: Replica, work: Workload, timeout: float) -> dict[str, Any]:
     """The replica fetches the workload's relay log, then its SQL thread alone is timed."""
     port = replica.port
-    src = settings.port("mariadb-source")
+    src = settings.port(SOURCE)
     for stmt in ("STOP SLAVE", "RESET SLAVE ALL", f"DROP DATABASE IF EXISTS {work.schema}",
                  f"CHANGE MASTER TO MASTER_HOST='{HOST}', MASTER_PORT={src}, "
                  f"MASTER_USER='root', MASTER_PASSWORD='', MASTER_USE_GTID=no, "
@@ -153,7 +153,7 @@ def tree_cpu(pid: int | None) -> float:
 
 def same_as_source(group: str, work: Workload) -> None:
     """Stop the benchmark unless the group's target holds exactly the source's rows."""
-    src = mariadb_digest(settings.port("mariadb-source"), work.schema)
+    src = mariadb_digest(settings.port(SOURCE), work.schema)
     got = (mariadb_digest(settings.port("mariadb-target"), work.schema)
            if group.startswith("mariadb") else pg_digest(settings.port("postgresql"), work.schema))
     if got != src:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from compare_workload import RUN, Workload, query, service_config
+from compare_workload import RUN, SOURCE, Workload, query, service_config
 from confluent_kafka import Consumer, TopicPartition
 from processes import cpu_seconds, peak_rss_kib, spawn, stop
 from service import seed_start
@@ -88,7 +88,7 @@ def figures(work: Workload, samples: Samples, span: float, units: float, cpu: fl
 
 def extracted(cfg: ServiceConfig) -> tuple[int, tuple[str, int]]:
     """(seqno, binlog position) the extractor last committed, from the source's tracking."""
-    rows = query(settings.port("mariadb-source"),
+    rows = query(settings.port(SOURCE),
                  f"SELECT seqno, eventid FROM {cfg.tracking_schema}.trep_commit_seqno "
                  "WHERE task_id = 0")
     if not rows:
@@ -103,7 +103,7 @@ def run_ours(work: Workload, timeout: float) -> dict[str, Any]:
     name = f"bcx{uuid.uuid4().hex[:6]}"
     path = service_config(name, work.schema)
     cfg = load_config(path)
-    seed_start(settings.port("mariadb-source"), cfg.tracking_schema, "bench", at=work.start)
+    seed_start(settings.port(SOURCE), cfg.tracking_schema, "bench", at=work.start)
     log = RUN / f"{name}.log"
     started = time.monotonic()
     proc = spawn([sys.executable, "-m", "trep.extract", "-c", str(path)], log)
@@ -154,7 +154,7 @@ def connect_files(d: Path, prefix: str, work: Workload, kafka: str, schemas: boo
     (d / "connector.properties").write_text("\n".join([
         f"name={prefix}", "connector.class=io.debezium.connector.mariadb.MariaDbConnector",
         "tasks.max=1", f"database.hostname={HOST}",
-        f"database.port={settings.port('mariadb-source')}", "database.user=root",
+        f"database.port={settings.port(SOURCE)}", "database.user=root",
         "database.password=", f"database.server.id={8000 + random.randint(0, 999)}",
         f"topic.prefix={prefix}", f"database.include.list={work.schema}",
         "snapshot.mode=never",

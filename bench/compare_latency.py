@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from compare_apply import applied, apply_groups
 from compare_workload import (
     RUN,
+    SOURCE,
     TABLE_DDL,
     Writer,
     master_status,
@@ -53,7 +54,7 @@ class Live:
         path = service_config(self.name, self.schema, {"consumers": {
             "mariadb": apply_groups(self.schema)["consumers"]["mariadb"]}})
         self.cfg = load_config(path)
-        self.src = settings.port("mariadb-source")
+        self.src = settings.port(SOURCE)
         seed_start(self.src, self.cfg.tracking_schema, "bench", at=master_status(self.src))
         query(self.src, f"CREATE DATABASE {self.schema}")
         query(self.src, TABLE_DDL.format(schema=self.schema))

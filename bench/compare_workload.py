@@ -24,6 +24,9 @@ from stack import settings
 from stack.settings import HOST
 
 RUN = settings.RUN_DIR / "bench-compare"
+#: The stack's name of bench-compare's own source: it resets that server's binlog, which
+#: would invalidate the positions of every other service on a shared source (the demo's).
+SOURCE = "mariadb-bench-source"
 TABLE_DDL = ("CREATE TABLE {schema}.sbtest1 (id INT PRIMARY KEY, k INT NOT NULL, "
              "c CHAR(120) NOT NULL, pad CHAR(60) NOT NULL)")
 
@@ -165,5 +168,5 @@ def pg_digest(port: int, schema: str) -> tuple[int, str]:
 def service_config(name: str, schema: str, extra: dict[str, Any] | None = None) -> Path:
     """A service of this benchmark (its own THL topic, tracking schema, consumer groups)."""
     return write_config(RUN / f"{name}.yml", name, {
-        **stack_servers(), "extractor": extractor(name, 7000, 1000, [schema], "bench"),
+        **stack_servers(SOURCE), "extractor": extractor(name, 7000, 1000, [schema], "bench"),
         **(extra or {})})

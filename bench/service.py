@@ -34,11 +34,12 @@ def connect_mysql(port: int, autocommit: bool = False, **settings: Any
                            autocommit=autocommit, **settings)
 
 
-def stack_servers() -> dict[str, Any]:
-    """The ``kafka``, ``zookeeper`` and ``source`` sections for the local stack's servers."""
+def stack_servers(source: str = "mariadb-source") -> dict[str, Any]:
+    """The ``kafka``, ``zookeeper`` and ``source`` sections for the local stack's servers
+    (``source``: the stack's name of the MariaDB server to extract from)."""
     return {"kafka": {"bootstrap_servers": f"{HOST}:{stack_port('kafka')}"},
             "zookeeper": {"hosts": f"{HOST}:{stack_port('zookeeper')}"},
-            "source": {"host": HOST, "port": stack_port("mariadb-source"), "user": "root",
+            "source": {"host": HOST, "port": stack_port(source), "user": "root",
                        "password": ""}}
 
 

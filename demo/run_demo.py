@@ -225,17 +225,28 @@ def wait_extractor_online(cfg: ServiceConfig, runner: subprocess.Popen[bytes],
         deadline = time.monotonic() + 90
         while True:
             status = nodes.status() or {}
-            if status.get("state") == State.ONLINE.value and \
-                    float(status.get("stateSince", 0)) >= since:
+            fresh = float(status.get("stateSince", 0)) >= since
+            if status.get("state") == State.ONLINE.value and fresh:
                 return
+            if fresh and status.get("state") == State.ERROR.value:
+                raise SystemExit(f"the extractor stopped: {_pending_error(status)}; see {log}")
             if runner.poll() is not None:
                 raise SystemExit(f"the runner exited with code {runner.returncode}; see {log}")
             if time.monotonic() > deadline:
-                raise SystemExit(f"the extractor did not go ONLINE within 90 s; see {log}")
+                raise SystemExit(f"the extractor did not go ONLINE within 90 s (state "
+                                 f"{status.get('state', 'unknown')}: {_pending_error(status)})"
+                                 f"; see {log}")
             time.sleep(0.2)
     finally:
         zk.stop()
         zk.close()
+
+
+def _pending_error(status: dict[str, object]) -> str:
+    """What the extractor's status says stopped it (a position the binlog no longer has,
+    a refused login ...), or that it says nothing."""
+    message = str(status.get("pendingExceptionMessage") or "NONE")
+    return "no error reported" if message == "NONE" else message
 
 
 def source_gtid(*statements: str) -> str:

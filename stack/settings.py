@@ -41,6 +41,9 @@ _DEFAULT_PORTS = {
     "apicurio": 18081,
     # Benchmark-only (make bench-compare): a native replica of the source, Kafka Connect's REST.
     "mariadb-replica": 13308,
+    # ... and a source of its own, whose binlog it resets (the demo's and the tests' source
+    # keeps its binlog, so their services keep valid positions).
+    "mariadb-bench-source": 13309,
     "debezium-rest": 18083,
 }
 

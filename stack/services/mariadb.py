@@ -105,6 +105,12 @@ def source() -> MariaDB:
     return MariaDB("mariadb-source", server_id=1, binlog=True)
 
 
+def bench_source() -> MariaDB:
+    """``make bench-compare``'s own source, configured as ``source()`` (never used by tests):
+    the benchmark resets its binlog."""
+    return MariaDB("mariadb-bench-source", server_id=4, binlog=True)
+
+
 def target() -> MariaDB:
     """The MariaDB target of the SQL applier."""
     return MariaDB("mariadb-target", server_id=2, binlog=False)
