@@ -128,9 +128,9 @@ def test_char_lengths_come_from_bytes_never_too_narrow() -> None:
     assert char_length(_spec("a", "CHAR", 0, charset="utf8")) == 1
 
 
-def test_the_readme_shows_the_type_map() -> None:
-    readme = (Path(__file__).resolve().parents[4] / "README.md").read_text()
-    assert type_map_markdown() in readme
+def test_the_sql_targets_page_shows_the_type_map() -> None:
+    page = (Path(__file__).resolve().parents[4] / "docs" / "targets" / "sql.md").read_text()
+    assert type_map_markdown() in page
 
 
 # -- value policies -------------------------------------------------------------------------
