@@ -213,6 +213,15 @@ class ComponentNodes:
         return zk_call(self.client, self.client.exists_async, f"{self.path}/alive") is not None
 
 
+def request(nodes: ComponentNodes, change: Callable[[Desired], None]) -> Desired:
+    """An operator's request (``trepctl``, the console): ``change`` the desired state and
+    count the request, which the component acknowledges in its status."""
+    def apply(d: Desired) -> None:
+        change(d)
+        d.request += 1
+    return nodes.update_desired(apply)
+
+
 def consumer_groups(client: KazooClient, root: str, service: str) -> list[str]:
     """Consumer groups that ever published anything for ``service``."""
     try:

@@ -34,6 +34,9 @@ class Status:
     pendingErrorSeqno: int = -1
     pendingExceptionMessage: str = "NONE"
     skippedSeqnos: list[int] = field(default_factory=list)
+    #: Row changes a consumer group committed since its process started (rows/s is the
+    #: difference of two readings over their time).
+    appliedRows: int = 0
     #: Times this process lost its ZooKeeper connection (it goes on applying meanwhile).
     zookeeperDisconnects: int = 0
     #: The extractor's provisioning: NONE, or "running: rows done/total rows table".

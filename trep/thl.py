@@ -20,7 +20,6 @@ import difflib
 import json
 import logging
 import sys
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,7 @@ from thl_topics.event import ThlEvent
 from thl_topics.purge import plan_purge
 from thl_topics.purge import purge as do_purge
 from thl_topics.reader import ThlReader
-from thl_topics.records import RecordHeaders, parse_chunk
+from thl_topics.summary import summarize
 from trep.config import ConfigError, ServiceConfig, load_config
 from trep.thl_format import event_json, format_error, format_event
 
@@ -273,23 +272,10 @@ def group_positions(cfg: ServiceConfig) -> dict[str, int]:
 def info(obj: _Ctx) -> None:
     """First and last seqno, epochs seen, topic settings, size."""
     with obj.reader() as reader:
-        low, high = reader.watermarks()
-        epochs: Counter[int] = Counter()
-        first = last = None
-        records = 0
-        size = 0
-        for msg in reader.raw(low, high):
-            records += 1
-            size += len(msg.value() or b"")
-            try:
-                h = RecordHeaders.parse(msg.headers())
-            except (KeyError, ValueError):
-                continue
-            chunk = parse_chunk(msg.key() or b"")
-            if h.fragno == 0 and (chunk is None or chunk[0] == 0):
-                epochs[h.epoch] += 1
-            first = h.seqno if first is None else first
-            last = h.seqno
+        found = summarize(reader)
+    low, high, records, size, epochs = (found.low, found.high, found.records, found.size,
+                                        found.epochs)
+    first, last = found.first, found.last
     admin, _ = new_admin(obj.kafka)
     configs = describe_configs(admin, obj.topic, obj.timeout)
     click.echo(f"topic = {obj.topic}")

@@ -20,7 +20,14 @@ from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from replicator.control import ComponentNodes, Desired, consumer_groups, parse_seqno_ranges
+from replicator.check_report import CheckBusy, Report, check_report, start_check
+from replicator.control import (
+    ComponentNodes,
+    Desired,
+    consumer_groups,
+    parse_seqno_ranges,
+    request,
+)
 from replicator.control import services as list_services
 from replicator.requests import CheckRequest, ProvisionRequest, read_request, write_request
 from replicator.source import source_engine
@@ -182,10 +189,7 @@ def _channel_status(groups: dict[str, dict[str, Any]], as_json: bool) -> None:
 
 def _request(ctx: Ctx, groups: list[str], change: Any) -> None:
     for g in groups:
-        def apply(d: Desired) -> None:
-            change(d)
-            d.request += 1
-        ctx.nodes(f"consumers/{g}").update_desired(apply)
+        request(ctx.nodes(f"consumers/{g}"), change)
 
 
 @cli.command()
@@ -375,11 +379,11 @@ def check(ctx: Ctx, tables: tuple[str, ...], limit: int, show: bool, no_wait: bo
         pairs.append([schema, table])
     if limit < 1:
         _fail("-limit must be 1 or more", 2)
-    current = read_request(ctx.zk, ctx.cfg, CheckRequest)
-    if current is not None and current.state in ("requested", "running"):
-        _fail(f"check {current.id} is {current.state} already; wait for it to finish")
-    request = CheckRequest(tables=pairs, limit=limit)
-    write_request(ctx.zk, ctx.cfg, request)
+    try:
+        request = start_check(ctx.zk, ctx.cfg, pairs, limit)
+    except CheckBusy as exc:
+        _fail(str(exc))
+        return
     click.echo(f"check {request.id} requested")
     if no_wait:
         return
@@ -404,40 +408,15 @@ def check(ctx: Ctx, tables: tuple[str, ...], limit: int, show: bool, no_wait: bo
         sys.exit(3)
 
 
-def _check_report(ctx: Ctx) -> dict[str, dict[str, dict[str, Any]]]:
+def _check_report(ctx: Ctx) -> Report:
     """Per group and table: equal, different (with the key ranges), pending or unsupported."""
-    req = read_request(ctx.zk, ctx.cfg, CheckRequest)
+    req, report = check_report(ctx.zk, ctx.cfg, ctx.groups(None), ctx.nodes)
     if req is None:
         _fail("no check was ever requested")
-        return {}
-    report: dict[str, dict[str, dict[str, Any]]] = {}
-    for group in ctx.groups(None):
-        found = ctx.nodes(f"consumers/{group}").checks() or {}
-        results = found.get("results", {}) if found.get("request") == req.id else {}
-        tables: dict[str, dict[str, Any]] = {}
-        for schema, table in req.resolved:
-            name = f"{schema}.{table}"
-            got = results.get(name, {})
-            expected = req.ranges.get(name, 0)
-            if any(r.get("unsupported") for r in got.values()):
-                tables[name] = {"state": "unsupported"}
-            elif req.state != "done" or len(got) < expected or expected == 0:
-                tables[name] = {"state": "pending", "ranges": f"{len(got)}/{expected}"}
-            else:
-                bad = [r for r in got.values() if not r["equal"]]
-                tables[name] = {"state": "different" if bad else "equal",
-                                "ranges": expected,
-                                "rows": sum(r["source_count"] for r in got.values()),
-                                "different": [{"range": r["range"], "after_key": r["lo"],
-                                               "up_to_key": r["hi"],
-                                               "source_rows": r["source_count"],
-                                               "target_rows": r["target_count"]}
-                                              for r in sorted(bad, key=lambda r: r["range"])]}
-        report[group] = tables
     return report
 
 
-def _print_check(report: dict[str, dict[str, dict[str, Any]]]) -> None:
+def _print_check(report: Report) -> None:
     for group, tables in report.items():
         for name, result in tables.items():
             line = f"{group:<16} {name:<40} {result['state']}"

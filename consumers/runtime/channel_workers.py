@@ -52,6 +52,8 @@ class Committed:
     #: Seqnos the block applied (0: it only moved the position).
     events: int
     skipped: tuple[int, ...] = ()
+    #: Row changes the block applied.
+    rows: int = 0
 
 
 class _Passed:
@@ -156,7 +158,8 @@ class ChannelWorker(BlockLoop):
         self.position = last
         self.events += len(block.positions)
         self.state = "idle"
-        self._report(Committed(self.number, last, len(block.positions), tuple(block.skipped)))
+        self._report(Committed(self.number, last, len(block.positions), tuple(block.skipped),
+                               block.rows))
         self._idle_since = time.monotonic()
 
     def _sync(self, target: Position | None) -> None:

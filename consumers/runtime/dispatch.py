@@ -172,6 +172,7 @@ class ParallelStream:
                     ZkPosition(pos.seqno, pos.epoch, pos.event_id, pos.fragno, pos.last_frag))
                 skipped.extend(r.skipped)
                 events += r.events
+                s.appliedRows += r.rows
                 if r.events:
                     s.appliedLatency = round(max(0.0, time.time() - pos.tstamp / 1e6), 3)
             self.session.commits += len(reports)

@@ -70,6 +70,7 @@ class SingleStream(BlockLoop):
         s.appliedLastSeqno, s.appliedLastEventId = last.seqno, last.event_id
         s.appliedLastEpoch = last.epoch
         s.appliedLatency = round(max(0.0, time.time() - last.tstamp / 1e6), 3)
+        s.appliedRows += block.rows
         g.metrics.applied(len(block.positions), last.seqno, s.appliedLatency)
         g.positions.mirror_position(f"consumers/{g.name}",
                                     ZkPosition(last.seqno, last.epoch, last.event_id,

@@ -1,0 +1,1 @@
+"""``trep-console``: the operator console in the browser (issue 32)."""
