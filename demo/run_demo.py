@@ -29,13 +29,16 @@ and the tables converge again.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import decimal
+import os
 import random
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -537,6 +540,38 @@ def verbatim(doc: str) -> str:
     return "\n\n".join(f"\b\n{part}" for part in doc.strip().split("\n\n"))
 
 
+def start_console() -> None:
+    """``trep-console`` for the demo's service, left running like the servers (one from an
+    earlier run is replaced); its address printed."""
+    pid_file = RUN_DIR / "console.pid"
+    if pid_file.exists():
+        with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
+            os.kill(int(pid_file.read_text()), signal.SIGTERM)
+            time.sleep(0.5)
+    url = f"http://127.0.0.1:{port('console')}/"
+    with (RUN_DIR / "console.log").open("ab") as out:
+        console = subprocess.Popen([PY, "-m", "trep.console", "serve", "-c", str(CONFIG),
+                                    "--port", str(port("console"))], cwd=ROOT, stdout=out,
+                                   stderr=out, start_new_session=True)
+    pid_file.write_text(str(console.pid))
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                break
+        except OSError:
+            if console.poll() is not None or time.monotonic() > deadline:
+                print(f"the console did not start; see {RUN_DIR / 'console.log'}",
+                      file=sys.stderr)
+                return
+            time.sleep(0.2)
+    acting = "actions need a login" if (os.environ.get("TREP_CONSOLE_USERS")
+                                        or os.environ.get("TREP_CONSOLE_TOKEN")) \
+        else "read-only: set TREP_CONSOLE_TOKEN to act from it"
+    print(f"=== the console: {url} ({acting}; it keeps running, like the servers) ===",
+          flush=True)
+
+
 @click.command(help=verbatim(__doc__ or ""),
                context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--transactions", type=int, default=300,
@@ -576,6 +611,7 @@ def run(transactions: int, seed: int) -> int:
     if run_cli("trep.trepctl", "offline") != 0:
         return 1
 
+    start_console()
     since = time.time()
     with log.open("ab") as out:
         runner = subprocess.Popen([PY, "-m", "trep.runner", "-c", str(CONFIG)], cwd=ROOT,

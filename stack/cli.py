@@ -5,6 +5,9 @@ Used by the Makefile (``make stack-up`` / ``stack-down`` / ``stack-status``) and
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
 import textwrap
 import time
@@ -13,7 +16,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from stack import services
+from stack import services, settings
 from stack.errors import StackError
 from stack.service import Service
 
@@ -74,9 +77,22 @@ def up(names: tuple[str, ...]) -> None:
 @app.command(epilog=NAMES_HELP)
 @click.argument("names", nargs=-1)
 def down(names: tuple[str, ...]) -> None:
-    """Stop the servers (data stays under the run directory)."""
+    """Stop the servers (data stays under the run directory), and the demo's console."""
+    if not names:
+        _stop_demo_console()
     for svc in reversed(_select(names)):
         _step(svc.name, "stop", svc.stop)
+
+
+def _stop_demo_console() -> None:
+    """The console ``make demo`` leaves running (its pid in the run directory)."""
+    pid_file = settings.RUN_DIR / "console.pid"
+    if not pid_file.exists():
+        return
+    with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
+        os.kill(int(pid_file.read_text()), signal.SIGTERM)
+        console.print("stop console: ok")
+    pid_file.unlink(missing_ok=True)
 
 
 @app.command(epilog=NAMES_HELP)

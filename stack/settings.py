@@ -39,6 +39,8 @@ _DEFAULT_PORTS = {
     "elasticsearch-transport": 19300,
     "ferretdb": 37017,
     "apicurio": 18081,
+    # The operator console (trep-console) make demo starts.
+    "console": 18090,
     # Benchmark-only (make bench-compare): a native replica of the source, Kafka Connect's REST.
     "mariadb-replica": 13308,
     # ... and a source of its own, whose binlog it resets (the demo's and the tests' source

@@ -73,3 +73,7 @@ def serve(configs: tuple[Path, ...], host: str, port: int) -> None:
 def hash_password_command() -> None:
     """Print a password's hash for ``TREP_CONSOLE_USERS``."""
     click.echo(hash_password(getpass.getpass("password: ")))
+
+
+if __name__ == "__main__":
+    main()

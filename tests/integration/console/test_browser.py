@@ -5,7 +5,9 @@ refused."""
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 from playwright.sync_api import Browser, Page, expect
 
@@ -13,8 +15,11 @@ from ..consumers.conftest import Replication
 from .conftest import PASSWORD, USER, Console
 
 
-def _group_state(page: Page, group: str) -> str:
-    return str(page.locator(f"#group-{group} [data-state]").get_attribute("data-state"))
+def _shot(page: Page, name: str) -> None:
+    """The page as a PNG for the docs, when ``TREP_CONSOLE_SCREENSHOTS`` names a folder."""
+    folder = os.environ.get("TREP_CONSOLE_SCREENSHOTS")
+    if folder:
+        page.screenshot(path=str(Path(folder) / f"console-{name}.png"), full_page=True)
 
 
 def test_the_console_shows_acts_and_refuses_without_a_login(
@@ -33,6 +38,7 @@ def test_the_console_shows_acts_and_refuses_without_a_login(
     expect(page.locator("#group-pg [data-state]")).to_have_text("ONLINE")
     expect(page.locator("#group-mariadb [data-state]")).to_have_text("ONLINE")
     assert "Log in to act" in page.content()
+    _shot(page, "service")
 
     # Without a login an action is refused, whatever the form says.
     csrf = page.locator("input[name=csrf]").first.get_attribute("value") or ""
@@ -60,6 +66,17 @@ def test_the_console_shows_acts_and_refuses_without_a_login(
     error = page.locator("#error-pg")
     expect(error).to_contain_text(f"stopped at seqno {bad}", timeout=15_000)
     expect(error).to_contain_text(re.compile("out of range"))
+    _shot(page, "error")
+    page.click("#event-link-pg")
+    expect(page.locator("#event-0")).to_contain_text(f"SEQ# = {bad}")
+    expect(page.locator("#event-0")).to_contain_text(str(1 << 40))  # logged in: values
+    anonymous = browser.new_page()
+    anonymous.goto(f"{console.url}/services/{rep.name}/thl?seqno={bad}")
+    expect(anonymous.locator("#event-0")).to_contain_text("hidden: log in to see values")
+    assert str(1 << 40) not in anonymous.content()
+    expect(anonymous.locator("#thl-summary")).to_contain_text(str(bad))
+    anonymous.close()
+    page.goto(f"{console.url}/services/{rep.name}")
     page.fill("#skip-seqnos-pg", str(bad))
     page.click("#skip-pg")
     rep.wait_state("pg", "ONLINE")
@@ -67,4 +84,19 @@ def test_the_console_shows_acts_and_refuses_without_a_login(
     rep.src(f"INSERT INTO {s}.narrow VALUES (3, 3)")
     rep.wait_source_applied()
     assert rep.pgsql(f'SELECT id, v FROM "{s}".narrow ORDER BY id') == [(1, 1), (3, 3)]
+
+    # A check from the page; its results come back on the page.
+    page.click("#start-check")
+    expect(page.locator("#flash")).to_contain_text("requested")
+    for _ in range(120):  # the results are not live: reload until every group reported
+        page.reload()
+        if page.locator("#check-request").inner_text().endswith("done") and \
+                "pending" not in page.locator("#check-results").inner_text():
+            break
+        page.wait_for_timeout(1000)
+    results = page.locator("#check-results").inner_text()
+    assert f"mariadb\t{s}.narrow\tequal" in results, results
+    # The skipped row never reached PostgreSQL: the check says so.
+    assert f"pg\t{s}.narrow\tdifferent" in results, results
+    _shot(page, "check")
     assert "user ops: skip of group pg" in console.log.read_text()
