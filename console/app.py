@@ -131,7 +131,10 @@ def create_app(services: Services, credentials: Credentials, secret: str) -> Sta
             request.session["user"] = user
             request.session["csrf"] = new_csrf_token()  # a new session, a new token
             logging.getLogger("console.audit").info("user %s logged in", user)
-        return RedirectResponse(str(form.get("next") or "/"), 303)
+        back = str(form.get("next") or "/")
+        # Only a page of this console: never a redirect to another site.
+        return RedirectResponse(back if back.startswith("/") and not back.startswith("//")
+                                else "/", 303)
 
     async def logout(request: Request) -> Response:
         form = await request.form()

@@ -136,6 +136,13 @@ def test_actions_need_a_login_and_the_session_csrf_token(
     assert "not sent: seqnos to skip" in bad.text and services.group.requests == 2
 
 
+def test_a_login_never_sends_the_browser_to_another_site(client: TestClient) -> None:
+    sent = client.post("/login", data={"user": "ops", "password": PASSWORD,
+                                        "csrf": _csrf(client), "next": "//evil.example/x"},
+                       follow_redirects=False)
+    assert sent.headers["location"] == "/"
+
+
 def test_a_wrong_password_is_refused(client: TestClient) -> None:
     page = client.post("/login", data={"user": "ops", "password": "wrong",
                                        "csrf": _csrf(client)}).text
