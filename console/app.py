@@ -36,6 +36,8 @@ class Services(Protocol):
 
     def names(self) -> list[str]: ...
 
+    def configured(self) -> list[str]: ...
+
     def groups(self, service: str) -> list[str]: ...
 
     def overview(self, service: str) -> dict[str, Any]: ...
@@ -63,12 +65,19 @@ def create_app(services: Services, credentials: Credentials, secret: str) -> Sta
             "can_login": credentials.any, "flash": session.pop("flash", None), **context})
 
     def index(request: Request) -> Response:
-        return page(request, "index.html", services=[services.overview(s)
-                                                     for s in services.names()])
+        # Live rows for the services the console was given; the others (ZooKeeper may
+        # hold many) by name, each read when its page is opened.
+        mine = services.configured()
+        return page(request, "index.html",
+                    services=[services.overview(s) for s in mine],
+                    others=[s for s in services.names() if s not in mine])
 
     def services_fragment(request: Request) -> Response:
         return TEMPLATES.TemplateResponse(request, "services_table.html", {
-            "services": [services.overview(s) for s in services.names()]})
+            "services": [services.overview(s) for s in services.configured()]})
+
+    def health(request: Request) -> Response:
+        return PlainTextResponse("ok")
 
     def known(request: Request) -> str:
         name = request.path_params["service"]
@@ -164,6 +173,7 @@ def create_app(services: Services, credentials: Credentials, secret: str) -> Sta
 
     app = Starlette(routes=[
         Route("/", index),
+        Route("/health", health),
         Route("/fragments/services", services_fragment),
         Route("/services/{service}", service),
         Route("/fragments/services/{service}", service_fragment),

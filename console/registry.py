@@ -32,6 +32,10 @@ class Registry:
     def names(self) -> list[str]:
         return sorted({*self.configs, *services(self.zk, self.root)})
 
+    def configured(self) -> list[str]:
+        """The services whose files the console was given."""
+        return sorted(self.configs)
+
     def nodes(self, service: str, component: str) -> ComponentNodes:
         return ComponentNodes(self.zk, self.root, service, component)
 
@@ -97,7 +101,7 @@ class Registry:
 
     def sample(self) -> None:
         """One lag sample of every component of every service (the chart's history)."""
-        for service in self.names():
+        for service in self.configured():
             view = self.overview(service)
             self.history.add(f"{service}/extractor",
                              float(view["extractor"].get("appliedLatency") or 0))

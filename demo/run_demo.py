@@ -557,7 +557,7 @@ def start_console() -> None:
     deadline = time.monotonic() + 30
     while True:
         try:
-            with urllib.request.urlopen(url, timeout=2):
+            with urllib.request.urlopen(f"{url}health", timeout=2):  # noqa: S310 - http
                 break
         except OSError:
             if console.poll() is not None or time.monotonic() > deadline:

@@ -53,7 +53,8 @@ class Console:
         deadline = time.monotonic() + 60
         while True:
             try:
-                with urllib.request.urlopen(self.url, timeout=2):  # noqa: S310 - http only
+                with urllib.request.urlopen(f"{self.url}/health",  # noqa: S310 - http only
+                                            timeout=2):
                     return
             except OSError:
                 assert self.proc.poll() is None, log.read_text()

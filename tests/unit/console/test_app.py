@@ -38,6 +38,9 @@ class _Services:
         self.check: CheckRequest | None = None
 
     def names(self) -> list[str]:
+        return ["shop", "elsewhere"]
+
+    def configured(self) -> list[str]:
         return ["shop"]
 
     def groups(self, service: str) -> list[str]:
@@ -107,6 +110,7 @@ def _login(client: TestClient) -> None:
 def test_anyone_reads_the_services_and_their_groups(client: TestClient) -> None:
     page = client.get("/").text
     assert "shop" in page and "pg" in page and "ONLINE" in page
+    assert 'href="/services/elsewhere"' in page  # registered, not configured: by name
     assert client.get("/api/services/shop").json()["consumers"]["pg"]["appliedLastSeqno"] == 41
     assert "41" in client.get("/fragments/services/shop").text
     assert client.get("/services/nope").status_code == 404
