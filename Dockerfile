@@ -10,6 +10,9 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/tungsten-kafka
+# Behind a TLS-intercepting proxy, give pip its CA at build time (mounted with the build's
+# --volume, named by --build-arg PIP_CERT=...); unset, pip trusts the image's CAs.
+ARG PIP_CERT
 # Dependencies first: a change to the code does not reinstall them.
 COPY pyproject.toml setup.py ./
 COPY extractor/*.pyx extractor/
