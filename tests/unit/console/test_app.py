@@ -53,6 +53,7 @@ class _Services:
             group.update(pendingErrorSeqno=42, pendingErrorCode="DATA",
                          pendingExceptionMessage="UPDATE of shop.t matched 0 rows <b>")
         return {"service": service, "extractor": {"state": "ONLINE", "appliedLastSeqno": 50,
+                                                  "appliedLastEventId": "bin.000003:4242;0",
                                                   "appliedLatency": 0.1, "process": "running"},
                 "consumers": {"pg": group}}
 
@@ -112,7 +113,8 @@ def test_anyone_reads_the_services_and_their_groups(client: TestClient) -> None:
     assert "shop" in page and "pg" in page and "ONLINE" in page
     assert 'href="/services/elsewhere"' in page  # registered, not configured: by name
     assert client.get("/api/services/shop").json()["consumers"]["pg"]["appliedLastSeqno"] == 41
-    assert "41" in client.get("/fragments/services/shop").text
+    live = client.get("/fragments/services/shop").text
+    assert "41" in live and "binlog position: bin.000003:4242;0" in live
     assert client.get("/services/nope").status_code == 404
 
 
