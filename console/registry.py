@@ -8,9 +8,9 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from console.views import LagHistory, component_status
+from console.views import LagHistory
 from replicator.check_report import CheckBusy, Report, check_report, start_check
-from replicator.control import ComponentNodes, consumer_groups, services
+from replicator.control import ComponentNodes, component_status, consumer_groups, services
 from replicator.requests import CheckRequest
 from thl_topics.errors import ThlError
 from thl_topics.event import ThlEvent

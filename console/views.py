@@ -7,9 +7,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
 
-from replicator.state import State
 from thl_topics.event import DataItem, RowChange, ThlEvent
 
 #: What an anonymous reader sees in place of a value or a statement's text.
@@ -19,25 +17,6 @@ HIDDEN = "(hidden: log in to see values)"
 SAMPLE_EVERY_S = 5.0
 #: Lag samples kept per component: an hour of them.
 HISTORY = int(3600 / SAMPLE_EVERY_S)
-
-
-class Nodes(Protocol):
-    """A component's znodes (``replicator.control.ComponentNodes``)."""
-
-    def status(self) -> dict[str, Any] | None: ...
-
-    def alive(self) -> bool: ...
-
-
-def component_status(nodes: Nodes) -> dict[str, Any]:
-    """A component's published status, OFFLINE with ``process: not running`` when no process
-    holds it (an OFFLINE:ERROR stays, with its error, for an operator to read)."""
-    status = dict(nodes.status() or {"state": State.OFFLINE.value})
-    alive = nodes.alive()
-    if not alive and status.get("state") != State.ERROR.value:
-        status["state"] = State.OFFLINE.value
-    status["process"] = "running" if alive else "not running"
-    return status
 
 
 @dataclass

@@ -181,15 +181,15 @@ class Cascades:
         if rules is not None:
             block.learn(rules)
         done = Followed()
+        finds = finder(applier, event) if rules is not None else None
         data = []
         for item in event.data:
             data.append(item)
             if not isinstance(item, RowChange):
                 continue
             block.add(item)
-            if rules is not None:
-                data.extend(self._cascade(item, rules, block, finder(applier, event), event,
-                                          1, done))
+            if rules is not None and finds is not None:
+                data.extend(self._cascade(item, rules, block, finds, event, 1, done))
         if done.rows:
             self.rows += done.rows
             self.deepest = max(self.deepest, done.depth)

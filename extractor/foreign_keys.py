@@ -99,12 +99,13 @@ class ForeignKeyCatalog:
         """The rules the DELETEs and UPDATEs among ``items`` may set off (transitively),
         with the specs of the child tables they reach; None if none. Items whose ``id`` is
         in ``unchecked`` ran with ``foreign_key_checks=0``, which InnoDB does not cascade."""
+        changed = [(i.schema, i.table) for i in items
+                   if isinstance(i, RowChange) and i.action is not RowAction.INSERT
+                   and id(i) not in (unchecked or ())]
+        if not changed:
+            return None  # inserts cascade nothing: no catalog read after a DDL for them
         rules = self._rules()
-        if not rules:
-            return None
-        todo = [(i.schema, i.table) for i in items
-                if isinstance(i, RowChange) and i.action is not RowAction.INSERT
-                and (i.schema, i.table) in rules and id(i) not in (unchecked or ())]
+        todo = [t for t in changed if t in rules]
         if not todo:
             return None
         found = CascadeRules()

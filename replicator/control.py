@@ -23,6 +23,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError as _BadVersion
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
+from replicator.state import State
 from replicator.zk import zk_call
 
 log = logging.getLogger(__name__)
@@ -211,6 +212,17 @@ class ComponentNodes:
 
     def alive(self) -> bool:
         return zk_call(self.client, self.client.exists_async, f"{self.path}/alive") is not None
+
+
+def component_status(nodes: ComponentNodes) -> dict[str, Any]:
+    """A component's published status, OFFLINE with ``process: not running`` when no process
+    holds it (an OFFLINE:ERROR stays, with its error, for an operator to read)."""
+    status = dict(nodes.status() or {"state": State.OFFLINE.value})
+    alive = nodes.alive()
+    if not alive and status.get("state") != State.ERROR.value:
+        status["state"] = State.OFFLINE.value
+    status["process"] = "running" if alive else "not running"
+    return status
 
 
 def request(nodes: ComponentNodes, change: Callable[[Desired], None]) -> Desired:

@@ -24,6 +24,7 @@ from replicator.check_report import CheckBusy, Report, check_report, start_check
 from replicator.control import (
     ComponentNodes,
     Desired,
+    component_status,
     consumer_groups,
     parse_seqno_ranges,
     request,
@@ -114,14 +115,7 @@ def services(ctx: Ctx) -> None:
 
 
 def _status_of(ctx: Ctx, component: str) -> dict[str, Any]:
-    nodes = ctx.nodes(component)
-    status = nodes.status() or {"state": State.OFFLINE.value}
-    if not nodes.alive() and status.get("state") != State.ERROR.value:
-        status["state"] = State.OFFLINE.value
-        status["process"] = "not running"
-    else:
-        status["process"] = "running" if nodes.alive() else "not running"
-    return status
+    return component_status(ctx.nodes(component))
 
 
 def _all_status(ctx: Ctx, group: str | None) -> dict[str, Any]:
