@@ -61,6 +61,8 @@ class ThlFeed:
             raise _consumer_error(topic, exc) from exc
         #: Joins a chunked fragment's records (a row larger than a Kafka record) as they come.
         self._joiner = RecordJoiner(self._reader)
+        #: The record read last (or the one the handshake checked): where a run must go on.
+        self._last: ThlRecord | None = None
         settings, self._watch = watched(kafka)
         conf = {
             **settings,
@@ -117,6 +119,10 @@ class ThlFeed:
         self._consumer.assign([TopicPartition(self.topic, 0, offset)])
         self._joiner.reset()
 
+    def follows(self, rec: ThlRecord) -> None:
+        """The next record read must come from the same log as ``rec`` (the handshake's)."""
+        self._last = rec
+
     def poll(self, timeout: float) -> ThlRecord | None:
         """The next committed record, or None if none arrived within ``timeout`` (or only
         some chunks of a fragment published in chunks did)."""
@@ -137,7 +143,17 @@ class ThlFeed:
             # Broker transport errors: librdkafka reconnects by itself.
             log.warning("THL topic %s: %s", self.topic, err.str())
             return None
-        return self._joiner.add(msg)
+        rec = self._joiner.add(msg)
+        if rec is not None and rec.event is not None:
+            self._same_log(rec)
+        return rec
+
+    def _same_log(self, rec: ThlRecord) -> None:
+        last, self._last = self._last, rec
+        change = another_log(last, rec) if last is not None else None
+        if change is not None:
+            raise TransientError(f"THL topic {self.topic}: {change}; checking the log again",
+                                 seqno=rec.seqno)
 
     def _check_access(self) -> None:
         try:
@@ -155,6 +171,24 @@ class ThlFeed:
         except KafkaException as exc:
             # The target holds the truth; a lost offset commit only makes lag tools lag.
             log.warning("group %s: offset commit failed: %s", self.group_id, exc)
+
+
+def another_log(last: ThlRecord, rec: ThlRecord) -> str | None:
+    """Why ``rec``, read right after ``last``, belongs to another log (None: it does not).
+
+    librdkafka does not notice a topic deleted and recreated between two metadata
+    refreshes: the fetch goes on at the same offset of the new topic, whose seqnos may even
+    follow on. Every extractor start begins an epoch at its first seqno with a new run id,
+    so inside one log the run id only changes where an epoch starts.
+    """
+    if rec.run_id == last.run_id or rec.event is None:
+        return None
+    if rec.fragno == 0 and rec.event.epoch == rec.seqno:
+        return None
+    return (f"seqno {rec.seqno} at offset {rec.offset} was written by extractor run "
+            f"{rec.run_id or 'none'} (epoch {rec.event.epoch}), seqno {last.seqno} before it "
+            f"by run {last.run_id or 'none'}, and no epoch starts there: the topic was "
+            "deleted and recreated under this group")
 
 
 def forget_group_offsets(kafka: str | Mapping[str, Any], group_id: str,

@@ -16,6 +16,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -262,7 +263,10 @@ class Extractor:
                 cfg.kafka.client(), cfg.thl_topic,
                 transactional_id=f"tungsten-extractor-{cfg.service}",
                 max_message_bytes=cfg.kafka.max_message_bytes,
-                timeout=cfg.kafka.transaction_timeout_s)
+                timeout=cfg.kafka.transaction_timeout_s,
+                # Each start begins an epoch; its records carry their own run id, so a
+                # consumer tells a recreated topic from an extractor restart.
+                run_id=uuid.uuid4().hex)
             try:
                 with ThlReader(cfg.kafka.client(), cfg.thl_topic) as reader:
                     start = find_start(reader, engine, self.tracking, nodes)

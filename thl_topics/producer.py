@@ -35,8 +35,10 @@ class ThlProducer:
 
     def __init__(self, kafka: str | Mapping[str, Any], topic: str, transactional_id: str, *,
                  codec: ThlCodec | None = None, max_message_bytes: int = 8 << 20,
-                 timeout: float = 60.0) -> None:
+                 timeout: float = 60.0, run_id: str = "") -> None:
         self.topic = topic
+        #: Stamped on every record (``records.HEADER_RUN``): the extractor run writing.
+        self.run_id = run_id
         self.codec = codec or ThlCodec()
         self.timeout = timeout
         #: A larger encoded fragment is cut into records of this size (thl_topics.chunks).
@@ -99,13 +101,15 @@ class ThlProducer:
         value = self.codec.encode(event)
         if len(value) <= self.chunk_bytes:
             self._produce(record_key(event.seqno, event.fragno), value,
-                          record_headers(event, self.codec.fingerprint_hex))
+                          record_headers(event, self.codec.fingerprint_hex,
+                                         run_id=self.run_id))
         else:
             # Larger than a record may be: consecutive chunks in this same transaction.
             count = -(-len(value) // self.chunk_bytes)
             for index, piece in enumerate(split(value, self.chunk_bytes)):
                 last = index == count - 1
-                headers = record_headers(event, self.codec.fingerprint_hex, marks=last)
+                headers = record_headers(event, self.codec.fingerprint_hex, marks=last,
+                                         run_id=self.run_id)
                 headers.append((HEADER_CHUNK, f"{index}/{count}".encode()))
                 self._produce(record_key(event.seqno, event.fragno, (index, count)), piece,
                               headers)

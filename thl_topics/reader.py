@@ -21,7 +21,7 @@ from thl_topics.client import (
 from thl_topics.codec import ThlCodec
 from thl_topics.errors import ThlDecodeError, ThlError, ThlTopicMissing, ThlUnavailable, is_passing
 from thl_topics.event import ThlEvent
-from thl_topics.records import parse_key
+from thl_topics.records import parse_key, run_of
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,8 @@ class ThlRecord:
     #: A fragment published in chunks (thl_topics.chunks) starts at this offset and ends at
     #: ``offset``; -1 for a record of its own.
     first_offset: int = -1
+    #: The extractor run that wrote it (``records.HEADER_RUN``; "" if unstamped).
+    run_id: str = ""
 
     @property
     def start_offset(self) -> int:
@@ -253,7 +255,8 @@ class ThlReader:
                                       offset=offset)
         except ThlDecodeError as exc:
             return ThlRecord(offset, seqno, fragno, None, exc, size)
-        return ThlRecord(offset, seqno, fragno, event, None, size)
+        return ThlRecord(offset, seqno, fragno, event, None, size,
+                         run_id=run_of(msg.headers()))
 
     def tail(self) -> ThlRecord | None:
         """The last record of the topic, or None if it is empty."""
@@ -305,7 +308,7 @@ class RecordJoiner:
             return ThlRecord(offset, seqno, fragno, None, exc, len(joined.value),
                              joined.first_offset)
         return ThlRecord(offset, seqno, fragno, event, None, len(joined.value),
-                         joined.first_offset)
+                         joined.first_offset, run_of(msg.headers()))
 
     def reset(self) -> None:
         """The next message starts a new read (after a seek)."""

@@ -20,6 +20,10 @@ from thl_topics.event import ThlEvent, ThlValue
 
 HEADER_EPOCH = "epoch"
 HEADER_FINGERPRINT = "schema_fingerprint"
+#: The extractor run that wrote the record: a fresh id at each extractor start, which is
+#: also where a new epoch starts. Consumers refuse a record of another run that does not
+#: start an epoch: the topic was deleted and recreated under them (``consumers.feed``).
+HEADER_RUN = "run_id"
 #: Event metadata of a provisioned chunk (JSON marks: request id, table, chunk number, first,
 #: end, rows, last key); also a record header, readable without decoding the value.
 META_PROVISION = HEADER_PROVISION = "provision"
@@ -63,13 +67,14 @@ def parse_chunk(key: bytes) -> tuple[int, int] | None:
     return int(index), int(count)
 
 
-def record_headers(event: ThlEvent, fingerprint_hex: str,
-                   marks: bool = True) -> list[tuple[str, str | bytes | None]]:
+def record_headers(event: ThlEvent, fingerprint_hex: str, marks: bool = True,
+                   run_id: str = "") -> list[tuple[str, str | bytes | None]]:
     """Headers on every THL record: the epoch first, then what lets tools filter unread
     (``marks``: the provisioning marks too; a chunked fragment has them on its last chunk,
     so a reader that counts them by header counts the fragment once)."""
     headers: list[tuple[str, str | bytes | None]] = [
         (HEADER_EPOCH, str(event.epoch).encode()),
+        (HEADER_RUN, run_id.encode()),
         ("seqno", str(event.seqno).encode()),
         ("fragno", str(event.fragno).encode()),
         ("last_frag", b"true" if event.last_frag else b"false"),
@@ -81,6 +86,16 @@ def record_headers(event: ThlEvent, fingerprint_hex: str,
     if provision is not None:
         headers.append((HEADER_PROVISION, provision.encode()))
     return headers
+
+
+def run_of(headers: object) -> str:
+    """The ``run_id`` header of a message's headers ("" for records written before it
+    existed)."""
+    if isinstance(headers, list):
+        for name, value in headers:
+            if name == HEADER_RUN:
+                return value.decode() if isinstance(value, bytes) else str(value or "")
+    return ""
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,8 @@ class Handshake:
         control.status.appliedLastSeqno = stored.seqno
         control.status.appliedLastEventId = stored.event_id
         control.status.appliedLastEpoch = stored.epoch
-        self._verify(feed, stored)
+        # The stream starts right after it: the records that follow must be the same log's.
+        feed.follows(self._verify(feed, stored))
         # Parallel apply: every channel's position must be in this log too, before any
         # channel applies anything.
         for pos in {(p.seqno, p.fragno, p.epoch, p.event_id): p
@@ -100,7 +101,7 @@ class Handshake:
         known = [p for p in positions if p is not None]
         return min(known, key=lambda p: p.seqno) if known else None
 
-    def _verify(self, feed: ThlFeed, stored: Position) -> None:
+    def _verify(self, feed: ThlFeed, stored: Position) -> ThlRecord:
         """The THL holds ``stored`` (epoch and event id): the epoch handshake."""
         control = self.group.control
         rec: ThlRecord | None = None
@@ -137,6 +138,7 @@ class Handshake:
                      f"record: seqno {rec.seqno} fragment {rec.fragno}) client epoch "
                      f"number={stored.epoch}")
             raise self._epoch_mismatch(stored, found)
+        return rec
 
     @staticmethod
     def _differs(server: ThlEvent, stored: Position) -> str:

@@ -9,7 +9,14 @@ import time
 from collections.abc import Callable
 
 import yaml
+from confluent_kafka.admin import AdminClient
 from kazoo.exceptions import NoNodeError
+
+from thl_topics.admin import ThlTopicSpec, ensure_thl_topic
+from thl_topics.errors import ThlError
+from thl_topics.event import ThlEvent
+from thl_topics.producer import ThlProducer
+from thl_topics.reader import ThlReader
 
 from ..harness.processes import spawn_until_logged
 from ..soak import kills
@@ -163,6 +170,67 @@ def test_recreated_thl_topic_is_refused_with_the_epoch_message(
                      ) == [(0,)]
     assert rep.tgt(f"SELECT seqno FROM {rep.cfg.tracking_schema}.trep_commit_seqno") \
         == [(applied,)]
+
+
+def test_a_recreated_topic_whose_seqnos_follow_on_is_refused(replication: Replication) -> None:
+    """The race the test above leaves to chance, forced: the groups keep fetching at their
+    offset while the topic is deleted and made again, and the new log holds exactly the
+    seqno each group expects next at that offset, in the old epoch's numbering."""
+    rep = replication
+    rep.start()
+    create_tables(rep, (ACCOUNTS_MYSQL, ACCOUNTS_PG))
+    rep.src(f"INSERT INTO {rep.schema}.accounts (id, name) VALUES (1, 'old log')")
+    applied = rep.wait_source_applied()
+    runner = rep.runner
+    assert runner is not None and runner.extractor is not None
+    runner.extractor.stop()
+    for _ in range(100):
+        if rep.zk.exists(f"/tungsten/{rep.name}/extractor/alive") is None:
+            break
+        time.sleep(0.1)
+    topic, kafka = rep.cfg.thl_topic, rep.cfg.kafka.client()
+    with ThlReader(kafka, topic) as reader:
+        _, fetching = reader.watermarks()  # the offset both groups fetch next
+    admin = rep.admin()
+    admin.delete_topics([topic])[topic].result(30)
+    deadline = time.monotonic() + 30
+    while not _created(admin, topic):
+        assert time.monotonic() < deadline, "the THL topic could not be made again"
+        time.sleep(0.2)
+    # One event per Kafka transaction (a record and its marker), the first transaction two
+    # events if needed, so that offset `fetching` holds seqno `applied + 1`; the new log's
+    # extractor started at its first seqno, the epoch all its events carry.
+    first = applied + 1 - (fetching + 1) // 2
+    assert first >= 0, (fetching, applied)
+    producer = ThlProducer(kafka, topic, f"t-{rep.name}-another", run_id="another-log")
+    seqno = first
+    while seqno <= applied + 5:
+        for _ in range(2 if seqno == first and fetching % 2 else 1):
+            producer.publish(ThlEvent(seqno=seqno, epoch=first, source_id="elsewhere",
+                                      event_id=f"mariadb-bin.000999:{seqno:016d};0",
+                                      shard_id=rep.schema, tstamp=time.time_ns() // 1000))
+            seqno += 1
+        producer.commit()
+    producer.close()
+    with ThlReader(kafka, topic) as reader:
+        assert [r.seqno for r in reader.records(fetching, fetching + 1)] == [applied + 1]
+
+    for group in ("mariadb", "pg"):
+        status = rep.wait_state(group, "OFFLINE:ERROR", timeout=120)
+        assert "Log epoch numbers do not match" in status["pendingExceptionMessage"]
+        assert status["pendingErrorCode"] == "EPOCH"
+    assert rep.tgt(f"SELECT seqno FROM {rep.cfg.tracking_schema}.trep_commit_seqno") \
+        == [(applied,)]
+    assert rep.pgsql(f'SELECT seqno FROM "{rep.cfg.tracking_schema}".trep_commit_seqno') \
+        == [(applied,)]
+
+
+def _created(admin: AdminClient, topic: str) -> bool:
+    try:
+        ensure_thl_topic(admin, ThlTopicSpec(topic), timeout=5)
+        return True
+    except ThlError:
+        return False  # still being deleted
 
 
 HOSTILE_MYSQL = """CREATE TABLE {s}.`sel``ect "tbl" ü` (

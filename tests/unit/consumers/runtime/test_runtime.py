@@ -65,6 +65,9 @@ class MemoryFeed:
         self.at = next((i for i, r in enumerate(self.records) if r.seqno >= seqno),
                        len(self.records))
 
+    def follows(self, rec: ThlRecord) -> None:
+        self.followed = rec
+
     def poll(self, timeout: float) -> ThlRecord | None:
         if self.at >= len(self.records):
             time.sleep(min(timeout, 0.01))

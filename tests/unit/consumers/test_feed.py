@@ -1,0 +1,37 @@
+"""The feed's same-log rule: a run id changes only where an epoch starts."""
+
+from __future__ import annotations
+
+from consumers.feed import another_log
+from thl_topics.event import ThlEvent
+from thl_topics.reader import ThlRecord
+
+
+def record(seqno: int, epoch: int, run: str, fragno: int = 0, offset: int = 0) -> ThlRecord:
+    event = ThlEvent(seqno=seqno, epoch=epoch, source_id="src", event_id=f"b.1:{seqno};0",
+                     shard_id="s", tstamp=0, fragno=fragno)
+    return ThlRecord(offset or seqno, seqno, fragno, event, run_id=run)
+
+
+def test_records_of_one_run_follow_each_other() -> None:
+    assert another_log(record(4, 0, "a"), record(5, 0, "a")) is None
+
+
+def test_an_extractor_restart_starts_an_epoch_with_its_new_run() -> None:
+    assert another_log(record(4, 0, "a"), record(5, 5, "b")) is None
+    # Records written before run ids existed, then an upgraded extractor's first start.
+    assert another_log(record(4, 0, ""), record(5, 5, "b")) is None
+
+
+def test_a_recreated_topic_whose_seqnos_follow_on_is_another_log() -> None:
+    # The old log's seqno 22 at offset 23, then the new topic's offset 24: seqno 23, epoch 0.
+    change = another_log(record(22, 0, "a", offset=23), record(23, 0, "b", offset=24))
+    assert change is not None
+    assert "seqno 23 at offset 24 was written by extractor run b (epoch 0)" in change
+    assert "deleted and recreated" in change
+
+
+def test_another_run_in_the_middle_of_a_seqno_is_another_log() -> None:
+    # An epoch starts at a seqno's first fragment, never at a later one.
+    assert another_log(record(5, 5, "a"), record(5, 5, "b", fragno=1)) is not None
+    assert another_log(record(4, 0, "a"), record(5, 3, "b")) is not None
