@@ -57,6 +57,7 @@ demo: $(STAMP)
 	$(PY) -m demo.run_demo
 
 bench: $(STAMP)
+	$(PY) bench/decode_bench.py
 	$(PY) -m stack up zookeeper kafka mariadb-source mariadb-target postgresql
 	$(PY) bench/extract_bench.py
 	$(PY) bench/apply_bench.py

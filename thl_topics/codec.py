@@ -18,6 +18,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from thl_topics import fast_encoder
+from thl_topics._avro_read import SpecCache, decode_event
 from thl_topics.errors import ThlDecodeError
 from thl_topics.event import ThlEvent
 
@@ -60,6 +61,10 @@ class ThlCodec:
         self._by_fingerprint = {v.fingerprint: v for v in versions}
         #: The direct writer knows one schema: used only while that one is the newest.
         self.fast = self.current.fingerprint.hex() == fast_encoder.SCHEMA_FINGERPRINT_HEX
+        #: The compiled reader reads records of that same schema (others: fastavro).
+        self._fast_read = bytes.fromhex(fast_encoder.SCHEMA_FINGERPRINT_HEX)
+        #: Decoded column specs by their encoded bytes (``_avro_read``).
+        self._specs = SpecCache()
 
     @property
     def fingerprint_hex(self) -> str:
@@ -96,6 +101,22 @@ class ThlCodec:
         writer = self._by_fingerprint.get(bytes(data[2:_HEADER]))
         if writer is None:
             raise error(f"unknown schema fingerprint {data[2:_HEADER].hex()}")
+        if writer.fingerprint == self._fast_read:
+            try:
+                return decode_event(bytes(data), _HEADER, self._specs)
+            except Exception as exc:  # ValueError, UnicodeDecodeError, ...: a corrupt body
+                raise error(f"corrupt body: {type(exc).__name__}: {exc}") from exc
+        return self.decode_reference(data, writer, error)
+
+    def decode_reference(self, data: bytes, writer: SchemaVersion | None = None,
+                         error: Any = None) -> ThlEvent:
+        """Decode by fastavro from the writer schema (the compiled reader's judge, and the
+        reader of older schema versions)."""
+        if writer is None:
+            writer = self._by_fingerprint[bytes(data[2:_HEADER])]
+        if error is None:
+            def error(reason: str) -> ThlDecodeError:
+                return ThlDecodeError(reason)
         body = io.BytesIO(data)
         body.seek(_HEADER)
         try:

@@ -1,0 +1,6 @@
+from thl_topics.event import ThlEvent
+
+class SpecCache:
+    def __init__(self) -> None: ...
+
+def decode_event(data: bytes, start: int, spec_cache: SpecCache) -> ThlEvent: ...
