@@ -44,8 +44,10 @@ test-unit: $(STAMP)
 test-integration: $(STAMP)
 	$(VENV)/bin/pytest tests/integration -n $(TEST_WORKERS)
 
+# Every test's time (setup and gate waits included) in .run/tests/junit.xml, for finding
+# where the run's minutes go; the 15 slowest are printed at the end.
 test: lint $(STAMP)
-	$(VENV)/bin/pytest tests -n $(TEST_WORKERS)
+	$(VENV)/bin/pytest tests -n $(TEST_WORKERS) --junitxml=.run/tests/junit.xml
 
 # The long versions of the fault tests (tests/integration/soak.py): before a release, and
 # after a change to the runtime, an applier's commit path or the extractor's restart path.
