@@ -80,7 +80,9 @@ def down(names: tuple[str, ...]) -> None:
     """Stop the servers (data stays under the run directory), and the demo's console."""
     if not names:
         _stop_demo_console()
-    for svc in reversed(_select(names)):
+    # Bare: every server, the on-demand ones a test session may have left running too.
+    chosen = _select(names) if names else [services.get(n) for n in services.NAMES]
+    for svc in reversed(chosen):
         _step(svc.name, "stop", svc.stop)
 
 

@@ -39,6 +39,8 @@ _DEFAULT_PORTS = {
     "elasticsearch-transport": 19300,
     "ferretdb": 37017,
     "apicurio": 18081,
+    # Spark Connect's gRPC (a long-lived Spark the warehouse groups of the tests share).
+    "spark-connect": 15002,
     # The operator console (trep-console) make demo starts.
     "console": 18090,
     # Benchmark-only (make bench-compare): a native replica of the source, Kafka Connect's REST.

@@ -77,6 +77,9 @@ log = logging.getLogger(__name__)
 
 #: Spark deaths in a row, with no block committed between them, before the group stops.
 SPARK_DEATHS = 3
+#: Seconds after taking over a remote session with operations still running during which a
+#: Delta conflict is taken for one of those (they were interrupted; one may still commit).
+ORPHAN_WINDOW_S = 120.0
 
 #: Tungsten's batch defaults: 10,000 rows or 30 seconds, whichever comes first.
 DEFAULT_BLOCK = BlockLimits(events=1_000_000, rows=10_000, bytes=256 << 20, ms=30_000)
@@ -88,6 +91,8 @@ class WarehouseApplier:
     def __init__(self, cfg: WarehouseTarget, ctx: ApplierContext) -> None:
         self.cfg = cfg
         self.service = ctx.service.service
+        #: Until then, a conflict may be a killed predecessor's last commit (``_acquire``).
+        self._orphans_until = 0.0
         self.group = ctx.group
         self.schema_changes = ctx.schema_changes
         self.target = f"warehouse {cfg.location}"
@@ -158,7 +163,7 @@ class WarehouseApplier:
                 log.warning("%s: Spark went away; starting a new session", self.target)
                 spark_sessions.forget_dead_jvm()
             if self._spark is None:
-                self._spark = spark_sessions.acquire(self.cfg.spark)
+                self._spark = self._acquire()
             self._writer = DeltaWriter(self.spark, self.cfg,
                                        schema_changes=self.schema_changes)
             self._tracking = DeltaTracking(self.spark, self.cfg.tracking(self.service))
@@ -172,11 +177,32 @@ class WarehouseApplier:
         except Exception as exc:
             raise self._classify(exc, "opening the warehouse") from exc
 
+    def _acquire(self) -> SparkSession:
+        spark = spark_sessions.acquire(self.cfg.spark, owner=f"{self.service}/{self.group}")
+        taken = spark_sessions.takeovers.get(id(spark))
+        if taken is not None and taken.interrupted:
+            self._orphans_until = time.monotonic() + ORPHAN_WINDOW_S
+        return spark
+
+    def _after_takeover(self, exc: ConsumerError) -> ConsumerError:
+        """A conflict right after taking over a remote session whose operations were still
+        running: the killed predecessor's MERGE committed first. The block is applied again
+        (Delta's transaction ids skip what it committed), not stopped as a second writer."""
+        if isinstance(exc, PositionConflict) and time.monotonic() < self._orphans_until:
+            return TransientError(f"{exc} (an operation of this group's previous process, "
+                                  "interrupted on the Spark Connect server, committed first; "
+                                  "applying the block again)", seqno=exc.seqno)
+        return exc
+
     def warm_up(self) -> None:
         """A standby starts its Spark and reads the position once: the JVM, Spark's and
         Delta's classes and the first Delta read are most of a warehouse start."""
+        if self.cfg.spark.remote is not None:
+            # Nothing to warm on a Connect server; and the group's session must not be
+            # taken over (its running operations interrupted) before the lead is ours.
+            return
         if self._spark is None:
-            self._spark = spark_sessions.acquire(self.cfg.spark)
+            self._spark = self._acquire()
         tracking = DeltaTracking(self._spark, self.cfg.tracking(self.service))
         if tracking.created("trep_commit_seqno"):
             tracking.read()
@@ -301,12 +327,13 @@ class WarehouseApplier:
                     f"seqno {self._expected}): another process applies the same consumer "
                     "group. Its tables are seqno-guarded, so nothing was applied twice; run "
                     "one process per group.", seqno=position.seqno)
-        except ConsumerError:
+        except ConsumerError as exc:
             self._forget()
-            raise
+            raise self._after_takeover(exc) from exc
         except Exception as exc:
             self._forget()
-            raise self._classify(exc, f"committing up to seqno {position.seqno}") from exc
+            raise self._after_takeover(
+                self._classify(exc, f"committing up to seqno {position.seqno}")) from exc
         self._expected = position.seqno
         self._deaths = 0
         rows = sum(s.rows for s in segments)

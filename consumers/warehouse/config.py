@@ -42,6 +42,12 @@ class SparkSettings(BaseModel):
     #: master URL (``spark://host:7077``, ``yarn``, ``k8s://...``) sends the work there. Under
     #: ``spark-submit`` (``trep-warehouse run``) the master given to spark-submit wins.
     master: str = "local[*]"
+    #: ``sc://host:port``: use a Spark Connect server instead of a Spark of this process
+    #: (``master``, ``class_archive`` and the static ``conf`` settings are the server's
+    #: then; the ``spark.sql.*`` and ``spark.databricks.*`` ones apply to the group's
+    #: session). Starting or restarting the group costs no JVM. The staging location must
+    #: be a path the server reads too.
+    remote: str | None = None
     #: Application name shown by the cluster manager.
     app_name: str = "tungsten-warehouse"
     #: Any ``spark.*`` setting (static ones apply when this process starts Spark). Without

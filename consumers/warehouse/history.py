@@ -26,6 +26,7 @@ from consumers.warehouse.config import WarehouseTarget
 from consumers.warehouse.merge import DeltaWriter
 from consumers.warehouse.naming import TableRef
 from consumers.warehouse.staging import BatchStager, StagingArea
+from consumers.warehouse.storage import is_delta_table
 from thl_topics.event import RowChange, ThlEvent
 from thl_topics.reader import ThlReader
 from thl_topics.row_changes import ThlGapError
@@ -66,12 +67,10 @@ class VersionAt:
 
 def commit_ranges(spark: SparkSession, ref: TableRef) -> list[CommitRange]:
     """The warehouse's commits to a table, oldest first."""
-    from delta.tables import DeltaTable
-
-    table = (DeltaTable.forPath(spark, ref.path) if ref.path is not None
-             else DeltaTable.forName(spark, ref.sql))
+    # SQL rather than DeltaTable: a Spark Connect session has no DeltaTable here.
+    history = spark.sql(f"DESCRIBE HISTORY {ref.sql}")
     found = []
-    for row in table.history().select("version", "operation", "userMetadata").collect():
+    for row in history.select("version", "operation", "userMetadata").collect():
         try:
             meta = json.loads(row["userMetadata"] or "{}").get("tungsten")
         except ValueError:
@@ -99,10 +98,8 @@ def rebuild(spark: SparkSession, kafka: str | Mapping[str, Any], topic: str, sch
             progress: Callable[[int, int], None] | None = None) -> int:
     """Build ``schema.table`` as it was at ``seqno`` into the Delta table at URI ``to``
     (which must not exist), from the THL's first seqno; the row changes applied."""
-    from delta.tables import DeltaTable
-
     target_uri = f"file://{to}" if to.startswith("/") else to
-    if DeltaTable.isDeltaTable(spark, target_uri):
+    if is_delta_table(spark, target_uri):
         raise ValueError(f"{target_uri} already holds a Delta table: rebuild into a new path")
     base = cfg or WarehouseTarget(location=tempfile.gettempdir())
     ref = TableRef(f"{schema}.{table}", path=target_uri)

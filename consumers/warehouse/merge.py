@@ -42,6 +42,7 @@ from consumers.schema_changes import SchemaChangeMode
 from consumers.warehouse.config import WarehouseTarget
 from consumers.warehouse.naming import TableRef, quote_name, table_ref
 from consumers.warehouse.staging import Segment, read_options, staging_schema
+from consumers.warehouse.storage import is_delta_table
 from consumers.warehouse.types import cast_expression, holds, spark_type, widens
 
 if TYPE_CHECKING:
@@ -118,10 +119,8 @@ class DeltaWriter:
     # -- schemas ----------------------------------------------------------------------------
 
     def exists(self, ref: TableRef) -> bool:
-        from delta.tables import DeltaTable
-
         if ref.path is not None:
-            return bool(DeltaTable.isDeltaTable(self.spark, ref.path))
+            return is_delta_table(self.spark, ref.path)
         return bool(self.spark.catalog.tableExists(ref.sql))
 
     def schema(self, ref: TableRef) -> dict[str, tuple[str, str]] | None:
@@ -228,12 +227,11 @@ class DeltaWriter:
                   for i, (c, t) in enumerate(zip(seg.columns, plan.types, strict=True))]
         typed = raw.selectExpr(*exprs)
         if not plan.history:
-            from pyspark.sql import Window
-            from pyspark.sql import functions as F
-
-            keys = [F.col(quote_name(k)) for k in seg.key]
-            last = Window.partitionBy(*keys).orderBy(F.col(SEQNO).desc(), F.col(ROW).desc())
-            typed = (typed.withColumn("_last", F.row_number().over(last))
+            # An SQL expression, not pyspark.sql.functions: those build classic (JVM)
+            # columns unless the whole process runs in Connect mode.
+            keys = ", ".join(quote_name(k) for k in seg.key)
+            typed = (typed.selectExpr("*", f"row_number() OVER (PARTITION BY {keys} ORDER BY "
+                                           f"{SEQNO} DESC, {ROW} DESC) AS _last")
                      .where("_last = 1").drop("_last"))
         frame = typed.localCheckpoint(eager=True)
         plan.frame = frame

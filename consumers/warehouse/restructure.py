@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from consumers.errors import DataError
+from consumers.warehouse import storage
 from consumers.warehouse.merge import DeltaWriter
 from consumers.warehouse.naming import TableRef, quote_name
 from thl_topics.schema_change import SchemaChange
@@ -151,22 +152,22 @@ class Restructurer:
             self._set_property(new, SOURCE_PROPERTY, new.source)
 
     def _move(self, old: str, new: str, change: SchemaChange, seqno: int) -> None:
-        if _present(self.spark, new):
+        if storage.present(self.spark, new):
             raise DataError(f"{self.target}: {change.describe()} (seqno {seqno}): {new} is "
                             f"there but is not a Delta table; move it away and resume",
                             seqno=seqno)
-        if _local(old) and _local(new):
+        if storage.local(old) and storage.local(new):
             target = Path(urlparse(new).path)
             target.parent.mkdir(parents=True, exist_ok=True)
             os.rename(urlparse(old).path, target)
         else:
-            fs, src = _hadoop(self.spark, old)
-            dst = _hadoop(self.spark, new)[1]
+            fs, src = storage.hadoop(self.spark, old)
+            dst = storage.hadoop(self.spark, new)[1]
             fs.mkdirs(dst.getParent())
             if not fs.rename(src, dst):
                 raise OSError(f"cannot rename {old} to {new}")
-        _forget_delta_log(self.spark, old)
-        _forget_delta_log(self.spark, new)
+        storage.forget_delta_log(self.spark, old)
+        storage.forget_delta_log(self.spark, new)
 
     def drop_table(self, change: SchemaChange, seqno: int) -> None:
         ref = self.writer.resolve(change.schema, change.table)
@@ -187,21 +188,21 @@ class Restructurer:
     def _remove(self, path: str) -> bool:
         """Move the table's folder aside, then delete it; True when it was there."""
         aside = path.rstrip("/") + DROPPED_SUFFIX
-        there = _present(self.spark, path)
-        if _local(path):
+        there = storage.present(self.spark, path)
+        if storage.local(path):
             if there:
                 shutil.rmtree(urlparse(aside).path, ignore_errors=True)  # an old leftover
                 os.rename(urlparse(path).path, urlparse(aside).path)
             shutil.rmtree(urlparse(aside).path, ignore_errors=True)
         else:
-            fs, src = _hadoop(self.spark, path)
-            dst = _hadoop(self.spark, aside)[1]
+            fs, src = storage.hadoop(self.spark, path)
+            dst = storage.hadoop(self.spark, aside)[1]
             if there:
                 fs.delete(dst, True)  # a leftover of a drop that crashed
                 if not fs.rename(src, dst):
                     raise OSError(f"cannot rename {path} to {aside}")
             fs.delete(dst, True)
-        _forget_delta_log(self.spark, path)
+        storage.forget_delta_log(self.spark, path)
         return there
 
     # -- columns ----------------------------------------------------------------------------
@@ -276,28 +277,3 @@ class Restructurer:
             return
         text = value.replace("\\", "\\\\").replace("'", "\\'")
         self.spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ('{name}' = '{text}')")
-
-
-def _local(uri: str) -> bool:
-    return urlparse(uri).scheme == "file"
-
-
-def _present(spark: SparkSession, uri: str) -> bool:
-    """Whether anything (a Delta table or not) is at ``uri``."""
-    if _local(uri):
-        return Path(urlparse(uri).path).exists()
-    fs, path = _hadoop(spark, uri)
-    return bool(fs.exists(path))
-
-
-def _hadoop(spark: SparkSession, uri: str) -> tuple[Any, Any]:
-    jvm: Any = spark.sparkContext._jvm
-    path = jvm.org.apache.hadoop.fs.Path(uri)
-    return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
-
-
-def _forget_delta_log(spark: SparkSession, uri: str) -> None:
-    """Drop Delta's cached log of ``uri``: the path no longer holds that table."""
-    jvm: Any = spark.sparkContext._jvm
-    jvm.org.apache.spark.sql.delta.DeltaLog.invalidateCache(
-        spark._jsparkSession, jvm.org.apache.hadoop.fs.Path(uri))

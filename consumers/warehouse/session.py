@@ -6,6 +6,11 @@ the last one closes. Under ``spark-submit``, or in a process that already runs S
 session, a notebook), the existing context is used and left running. Each applier works in
 its own ``newSession()``: Delta's transaction-id and commit-metadata settings are session
 SQL settings, so two groups in one process never see each other's.
+
+With ``spark.remote`` the applier is a Spark Connect client instead: no JVM in this
+process. A group's Connect session id is derived from its name, so a restarted process takes
+over the session its killed predecessor left on the server and interrupts what that one
+still had running (``takeover``).
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import logging
 import os
 import subprocess
 import threading
+import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from consumers.warehouse.config import SparkSettings
@@ -58,12 +65,77 @@ _owned: SparkSession | None = None
 _users = 0
 
 
-def acquire(settings: SparkSettings) -> SparkSession:
-    """A new session on this process's Spark (started here if there is none)."""
+def _session_conf(settings: SparkSettings) -> dict[str, str]:
+    """The SQL settings of every session of a group: tuning, the group's, then FORCED."""
+    return {**{k: v for k, v in DEFAULTS.items()
+               if k.startswith(("spark.sql", "spark.databricks"))},
+            **{k: v for k, v in settings.conf.items()
+               if k.startswith(("spark.sql.", "spark.databricks."))
+               and not k.startswith(("spark.sql.extensions", "spark.sql.catalog.spark_catalog",
+                                     "spark.sql.warehouse"))},
+            **FORCED}
+
+
+@dataclass(frozen=True)
+class Takeover:
+    """What a remote session found left running by a previous process of its group."""
+
+    session_id: str
+    interrupted: tuple[str, ...]
+
+
+#: The takeover of each remote session this process opened (by the session's id()).
+takeovers: dict[int, Takeover] = {}
+
+
+def is_remote(spark: SparkSession) -> bool:
+    """A Spark Connect session (no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _remote(remote: str, settings: SparkSettings, owner: str | None) -> SparkSession:
+    from pyspark.sql.connect.session import SparkSession as RemoteSession
+
+    url = remote.rstrip("/")
+    if owner is None:
+        spark = RemoteSession.builder.remote(f"{url}/;session_id={uuid.uuid4()}").create()
+        interrupted: tuple[str, ...] = ()
+    else:
+        # The group's own session, kept open on the server across its processes (a closed
+        # session id cannot be used again): a killed predecessor's MERGE may still run in
+        # it. Stop that, so it does not commit beside this process's replay of the block.
+        session_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"tungsten:{owner}"))
+        spark = RemoteSession.builder.remote(f"{url}/;session_id={session_id}").create()
+        spark.release_session_on_close = False
+        try:
+            interrupted = tuple(spark.interruptAll())
+        except Exception as exc:
+            if "SESSION_CLOSED" not in str(exc):
+                raise
+            # Idle past the server's session timeout: nothing of it runs any more.
+            log.info("%s: its Spark Connect session timed out on the server; opening a "
+                     "new one", owner)
+            spark = RemoteSession.builder.remote(f"{url}/;session_id={uuid.uuid4()}").create()
+            interrupted = ()
+    if interrupted:
+        log.warning("%s: interrupted %d operation(s) a previous process of this group left "
+                    "running on the Spark Connect server", owner, len(interrupted))
+    takeovers[id(spark)] = Takeover(session_id, interrupted)
+    for key, value in _session_conf(settings).items():
+        spark.conf.set(key, value)
+    return spark  # type: ignore[return-value]
+
+
+def acquire(settings: SparkSettings, owner: str | None = None) -> SparkSession:
+    """A new session on this process's Spark (started here if there is none), or on the
+    Spark Connect server of ``settings.remote``; ``owner`` (a group) names a remote session
+    so that the group's next process takes it over."""
     global _owned, _users
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    if settings.remote is not None:
+        return _remote(settings.remote, settings, owner)
     with _lock:
         if SparkContext._active_spark_context is None:
             # Under spark-submit the driver's gateway already carries the submitted master
@@ -96,14 +168,7 @@ def acquire(settings: SparkSettings) -> SparkSession:
         if base is _owned:
             _users += 1
         spark = base.newSession()
-        for key, value in {**{k: v for k, v in DEFAULTS.items() if k.startswith("spark.sql")
-                              or k.startswith("spark.databricks")},
-                           **{k: v for k, v in settings.conf.items()
-                              if k.startswith(("spark.sql.", "spark.databricks."))
-                              and not k.startswith(("spark.sql.extensions",
-                                                    "spark.sql.catalog.spark_catalog",
-                                                    "spark.sql.warehouse"))},
-                           **FORCED}.items():
+        for key, value in _session_conf(settings).items():
             spark.conf.set(key, value)
         return spark
 
@@ -112,6 +177,10 @@ def release(spark: SparkSession) -> None:
     """This applier is done with its session; the last user of a Spark this module started
     stops it (and its JVM's work: executors on a cluster are released)."""
     global _owned, _users
+    if is_remote(spark):
+        takeovers.pop(id(spark), None)
+        spark.stop()  # best effort, never raises
+        return
     with _lock:
         if _owned is None:
             return
@@ -151,7 +220,13 @@ def forget_dead_jvm() -> None:
 
 
 def alive(spark: SparkSession) -> bool:
-    """True while the session's JVM and SparkContext answer."""
+    """True while the session's JVM and SparkContext (or Connect server) answer."""
+    if is_remote(spark):
+        try:
+            spark.conf.get("spark.sql.session.timeZone")
+            return not spark.is_stopped  # type: ignore[attr-defined]
+        except Exception:
+            return False
     try:
         sc = spark.sparkContext
         return sc._jsc is not None and not sc._jsc.sc().isStopped()

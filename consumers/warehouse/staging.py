@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from consumers.provisioning import chunk_of
+from consumers.warehouse import storage
 from consumers.warehouse.naming import path_safe
 from consumers.warehouse.types import ZeroDate, commit_time_text, staged_text
 from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent
@@ -234,7 +235,7 @@ class StagingArea:
         else:
             if spark is None:
                 raise OSError(f"{target}: a remote staging location needs Spark")
-            fs, hpath = _hadoop(spark, target)
+            fs, hpath = storage.hadoop(spark, target)
             out = fs.create(hpath, True)
             try:
                 out.write(bytearray(data))
@@ -249,7 +250,7 @@ class StagingArea:
             if self.local:
                 Path(urlparse(target).path).unlink(missing_ok=True)
             elif spark is not None:
-                fs, hpath = _hadoop(spark, target)
+                fs, hpath = storage.hadoop(spark, target)
                 fs.delete(hpath, False)
 
     def clear(self, spark: SparkSession | None) -> None:
@@ -259,7 +260,7 @@ class StagingArea:
             for path in sorted(_files(root), reverse=True):
                 path.unlink(missing_ok=True)
         elif spark is not None:
-            fs, hpath = _hadoop(spark, self.root)
+            fs, hpath = storage.hadoop(spark, self.root)
             fs.delete(hpath, True)
 
 
@@ -270,15 +271,4 @@ def _files(root: Path) -> Iterator[Path]:
 
 def exists(spark: SparkSession, uri: str) -> bool:
     """True when ``uri`` (a file or folder, any Hadoop scheme) is there."""
-    parsed = urlparse(uri)
-    if parsed.scheme == "file":  # as StagingArea decides local
-        return Path(parsed.path).exists()
-    fs, hpath = _hadoop(spark, uri)
-    return bool(fs.exists(hpath))
-
-
-def _hadoop(spark: SparkSession, target: str) -> tuple[Any, Any]:
-    jvm = spark.sparkContext._jvm
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
-    hpath = jvm.org.apache.hadoop.fs.Path(target)  # type: ignore[union-attr]
-    return hpath.getFileSystem(conf), hpath
+    return storage.present(spark, uri)

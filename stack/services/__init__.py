@@ -21,13 +21,14 @@ _FACTORIES: dict[str, str] = {
     "elasticsearch": "stack.services.elasticsearch:service",
     "ferretdb": "stack.services.ferretdb:service",
     "spark": "stack.services.spark:service",
+    "spark-connect": "stack.services.spark_connect:service",
     "apicurio": "stack.services.apicurio:service",
     "spark-standalone": "stack.services.spark_standalone:service",
 }
 
 NAMES: tuple[str, ...] = tuple(_FACTORIES)
 #: Started only when named (by the test that needs them), never by a bare ``stack up``.
-ON_DEMAND: tuple[str, ...] = ("spark-standalone",)
+ON_DEMAND: tuple[str, ...] = ("spark-standalone", "spark-connect")
 
 
 def get(name: str) -> Service:

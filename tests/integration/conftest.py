@@ -161,6 +161,11 @@ def spark() -> Any:
 
 
 @pytest.fixture(scope="session")
+def spark_connect() -> Any:
+    return _serve("spark-connect")
+
+
+@pytest.fixture(scope="session")
 def apicurio() -> Any:
     return _serve("apicurio")
 

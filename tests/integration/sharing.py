@@ -54,7 +54,7 @@ def starting() -> contextlib.AbstractContextManager[None]:
 CORE = frozenset({"zookeeper", "kafka", "kafka_sasl", "mariadb_source"})
 #: Server fixtures with a gate of their own (a test taking one down waits for its users).
 SERVERS = frozenset({"mariadb_target", "postgresql", "elasticsearch", "ferretdb", "spark",
-                     "apicurio", "spark_standalone"})
+                     "apicurio", "spark_standalone", "spark_connect"})
 
 
 def _pending(lock: str = "gate") -> Path:

@@ -23,10 +23,10 @@ from ..sparks import live_session
 
 
 @pytest.fixture
-def svc(tmp_path: Path, spark: Service, mariadb_source: MariaDB, kafka: Service,
-        zookeeper: Service) -> Iterator[Conformance]:
-    yield from cleaned(Conformance(tmp_path, WarehouseKind({"spark": spark}), mariadb_source,
-                                   kafka, zookeeper))
+def svc(tmp_path: Path, spark: Service, spark_connect: Service, mariadb_source: MariaDB,
+        kafka: Service, zookeeper: Service) -> Iterator[Conformance]:
+    kind = WarehouseKind({"spark": spark, "spark_connect": spark_connect})
+    yield from cleaned(Conformance(tmp_path, kind, mariadb_source, kafka, zookeeper))
 
 
 def test_reprovisioning_repairs_a_drifted_delta_table_under_writes(svc: Conformance) -> None:

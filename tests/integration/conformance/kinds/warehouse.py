@@ -1,4 +1,6 @@
-"""The warehouse kind: Delta tables materialized by Spark (local[2], in the test process).
+"""The warehouse kind: Delta tables materialized by the stack's Spark Connect server (its
+groups are thin clients, in the test process or spawned, so a restart costs no JVM); the
+test process reads the tables back with a local Spark of its own.
 
 Declared: tables without a primary key are refused (the default ``keyless: refuse``), every
 write is seqno-guarded (replay-safe), and consistency checks read the Delta tables back.
@@ -17,7 +19,7 @@ from typing import Any, cast
 from consumers.warehouse.merge import HISTORY_META, MIRROR_META
 from consumers.warehouse.naming import path_safe
 from stack.service import Service
-from stack.services.spark import warehouse_spark
+from stack.services.spark_connect import SparkConnect
 from stack.settings import RUN_DIR
 
 from ...sparks import canonical, delta_rows, live_session
@@ -47,21 +49,22 @@ class StagingOutage:
 
 class WarehouseKind(Kind):
     name = "warehouse"
-    servers = ("spark",)
+    servers = ("spark", "spark_connect")
     keyless = False
     replay_safe = True
-    #: A spawned trep-run starts its own Spark (tens of seconds on 2 busy cores).
-    startup_s = 240.0
+    #: A spawned trep-run opens a Connect session (seconds), but 2 busy cores are slow.
+    startup_s = 120.0
 
     def __init__(self, servers: dict[str, Service]) -> None:
         super().__init__(servers)
-        live_session()  # the JVM the in-process appliers share
+        live_session()  # the test's reads of the Delta tables
+        self.remote = cast(SparkConnect, servers["spark_connect"]).url
         self.location: Path | None = None
 
     def target(self, service: str) -> dict[str, Any]:
         self.location = BASE / service
         return {"type": "warehouse", "location": str(self.location),
-                "spark": warehouse_spark("local[2]")}
+                "spark": {"remote": self.remote}}
 
     def path(self, schema: str, table: Table) -> str:
         """The Delta table of ``schema.table`` (a file:// URI)."""
