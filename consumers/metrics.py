@@ -4,6 +4,7 @@ changed by a target's value policy."""
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -30,14 +31,16 @@ class _Families:
     cascade_depth: Gauge
 
 
-_families: dict[int, _Families] = {}
+#: By the registry itself, weakly: keyed by id() a registry collected and a new one at the
+#: same address got the dead one's families (its metrics then went nowhere).
+_families: weakref.WeakKeyDictionary[CollectorRegistry, _Families] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
 def _families_of(registry: CollectorRegistry) -> _Families:
     """One set of metric families per registry, shared by every group (labels tell apart)."""
     with _lock:
-        found = _families.get(id(registry))
+        found = _families.get(registry)
         if found is None:
             found = _Families(
                 Gauge("trep_applied_last_seqno", "Last seqno committed on the target",
@@ -74,7 +77,7 @@ def _families_of(registry: CollectorRegistry) -> _Families:
                       "Deepest foreign-key cascade chain carried out since the process "
                       "started (1: children of the changed row)", _LABELS,
                       registry=registry))
-            _families[id(registry)] = found
+            _families[registry] = found
         return found
 
 

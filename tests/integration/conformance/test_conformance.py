@@ -17,6 +17,7 @@ from thl_topics.reader import ThlReader
 from thl_topics.values import incomplete_date
 
 from ..harness.processes import stacks
+from ..harness.sql import xa_decide
 from .conftest import Conformance
 from .tables import (
     BIG,
@@ -663,8 +664,8 @@ def test_xa_transactions_as_committed(conformance: Conformance) -> None:
             f"UPDATE {s}.items SET name = 'rolled back' WHERE id = 10",
             "XA END 'r1'", "XA PREPARE 'r1'")
     session("XA START 'o1'", row.format(s=s, i=30), "XA END 'o1'", "XA COMMIT 'o1' ONE PHASE")
-    session("XA ROLLBACK 'r1'")
-    session("XA COMMIT 'c1'")
+    xa_decide(svc.source.port, "XA ROLLBACK 'r1'")  # sessions of their own, as session()
+    xa_decide(svc.source.port, "XA COMMIT 'c1'")
     svc.wait_source_applied()
     assert svc.compare(ITEMS) == {"items": 9}
 

@@ -16,6 +16,7 @@ from extractor.xa import META_XA_OPEN, META_XA_PREPARE_GTID, META_XA_XID
 from replicator.crashpoints import EXIT_STATUS
 from thl_topics.event import RowAction, RowChange, ThlEvent, ThlValue
 
+from ..harness.sql import xa_decide
 from .conftest import ServiceUnderTest, wait_leading
 
 
@@ -40,12 +41,7 @@ def _prepare(svc: ServiceUnderTest, xid: str, *statements: str) -> None:
 
 
 def _decide(svc: ServiceUnderTest, statement: str) -> None:
-    conn = _connect(svc)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(statement)
-    finally:
-        conn.close()
+    xa_decide(svc.source.port, statement)
 
 
 def _inserted(events: list[ThlEvent], table: str) -> list[ThlValue]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,3 +52,28 @@ def postgresql(port: int, statements: Sequence[str], params: Any = None
             if cur.description is not None:
                 rows = list(cur.fetchall())
         return rows
+
+
+#: MariaDB's error for an XID no session can decide (yet).
+XAER_NOTA = 1397
+
+
+def xa_decide(port: int, statement: str, timeout: float = 30.0) -> None:
+    """``XA COMMIT`` / ``XA ROLLBACK`` of a transaction prepared by a session that just
+    closed, from a new session. MariaDB detaches the prepared transaction from its closed
+    connection in the background; until then every other session gets XAER_NOTA (seen in CI
+    right after a large prepare), so that one error is waited out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        conn = pymysql.connect(host="127.0.0.1", port=port, user="root", password="",
+                               autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(statement)
+            return
+        except pymysql.err.OperationalError as exc:
+            if exc.args[0] != XAER_NOTA or time.monotonic() > deadline:
+                raise
+        finally:
+            conn.close()
+        time.sleep(0.1)

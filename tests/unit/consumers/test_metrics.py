@@ -35,3 +35,13 @@ def test_cascades_count_child_rows_and_keep_the_deepest_chain() -> None:
     text = generate_latest(registry).decode()
     assert 'trep_cascaded_rows_total{group="g",service="svc"} 4.0' in text
     assert 'trep_cascade_depth{group="g",service="svc"} 2.0' in text
+
+
+def test_every_new_registry_gets_the_metrics_even_at_a_dead_ones_address() -> None:
+    # CPython reuses a collected registry's address at once: keyed by id(), the new one
+    # got the dead one's families and stayed empty (a flake of the test above in CI).
+    for _ in range(50):
+        registry = CollectorRegistry()
+        ConsumerMetrics(registry, "svc", "g")
+        assert "trep_cascade_depth" in generate_latest(registry).decode()
+        del registry
