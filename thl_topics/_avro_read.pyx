@@ -71,20 +71,8 @@ cdef class _Body:
                 raise ValueError(f"varint longer than ten bytes at byte {self.pos}")
 
     cdef Py_ssize_t small(self) except? -1:
-        """A varint that must fit a C long (counts, lengths, indexes)."""
-        cdef uint64_t n = 0
-        cdef int shift = 0
-        cdef unsigned char b
-        while True:
-            self.need(1)
-            b = self.data[self.pos]
-            self.pos += 1
-            n |= (<uint64_t> (b & 0x7F)) << shift
-            if not (b & 0x80):
-                return <Py_ssize_t> (<int64_t> ((n >> 1) ^ (0 - (n & 1))))
-            shift += 7
-            if shift > 56:
-                raise ValueError(f"count or length out of range at byte {self.pos}")
+        """A varint used as a count, length or index (64-bit hosts: a long fits)."""
+        return <Py_ssize_t> self.long_()
 
     cdef Py_ssize_t length(self) except -1:
         cdef Py_ssize_t n = self.small()

@@ -26,7 +26,8 @@ from consumers.heartbeat import Heartbeat
 from consumers.position import Position
 from consumers.warehouse.merge import TXN_APP_ID, TXN_VERSION, USER_METADATA
 from consumers.warehouse.naming import quote_name
-from consumers.warehouse.staging import Segment, exists
+from consumers.warehouse.staging import Segment
+from consumers.warehouse.storage import present
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -69,7 +70,7 @@ class DeltaTracking:
 
     def created(self, table: str) -> bool:
         """Whether ``table`` exists (its ``_delta_log`` folder is there)."""
-        return exists(self.spark, f"{self.uri(table)}/_delta_log")
+        return present(self.spark, f"{self.uri(table)}/_delta_log")
 
     def create(self) -> None:
         """Create the tracking tables if missing.

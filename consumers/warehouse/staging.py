@@ -267,8 +267,3 @@ class StagingArea:
 def _files(root: Path) -> Iterator[Path]:
     if root.is_dir():
         yield from (p for p in root.rglob("*") if p.is_file())
-
-
-def exists(spark: SparkSession, uri: str) -> bool:
-    """True when ``uri`` (a file or folder, any Hadoop scheme) is there."""
-    return storage.present(spark, uri)

@@ -130,6 +130,16 @@ def _lock_holder(rep: Replication, group: str) -> int:
     return int(contenders[0].rsplit(":", 1)[1])
 
 
+def _stop_extractor(rep: Replication) -> None:
+    """Stop the running extractor, until ZooKeeper no longer shows it alive."""
+    assert rep.runner is not None and rep.runner.extractor is not None
+    rep.runner.extractor.stop()
+    for _ in range(100):
+        if rep.zk.exists(f"/tungsten/{rep.name}/extractor/alive") is None:
+            break
+        time.sleep(0.1)
+
+
 def test_recreated_thl_topic_is_refused_with_the_epoch_message(
         replication: Replication) -> None:
     rep = replication
@@ -138,15 +148,9 @@ def test_recreated_thl_topic_is_refused_with_the_epoch_message(
     for i in range(1, 21):
         rep.src(f"INSERT INTO {rep.schema}.accounts (id, name) VALUES ({i}, 'old log')")
     applied = rep.wait_source_applied()
-    runner = rep.runner
-    assert runner is not None and runner.extractor is not None
     # The old log disappears under the running consumers; a fresh extractor (no position
     # anywhere) writes a new log whose seqnos reuse the old numbers.
-    runner.extractor.stop()
-    for _ in range(100):
-        if rep.zk.exists(f"/tungsten/{rep.name}/extractor/alive") is None:
-            break
-        time.sleep(0.1)
+    _stop_extractor(rep)
     admin = rep.admin()
     admin.delete_topics([rep.cfg.thl_topic])[rep.cfg.thl_topic].result(30)
     rep.src(f"DROP DATABASE {rep.cfg.tracking_schema}")
@@ -181,13 +185,7 @@ def test_a_recreated_topic_whose_seqnos_follow_on_is_refused(replication: Replic
     create_tables(rep, (ACCOUNTS_MYSQL, ACCOUNTS_PG))
     rep.src(f"INSERT INTO {rep.schema}.accounts (id, name) VALUES (1, 'old log')")
     applied = rep.wait_source_applied()
-    runner = rep.runner
-    assert runner is not None and runner.extractor is not None
-    runner.extractor.stop()
-    for _ in range(100):
-        if rep.zk.exists(f"/tungsten/{rep.name}/extractor/alive") is None:
-            break
-        time.sleep(0.1)
+    _stop_extractor(rep)
     topic, kafka = rep.cfg.thl_topic, rep.cfg.kafka.client()
     with ThlReader(kafka, topic) as reader:
         _, fetching = reader.watermarks()  # the offset both groups fetch next

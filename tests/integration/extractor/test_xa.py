@@ -40,10 +40,6 @@ def _prepare(svc: ServiceUnderTest, xid: str, *statements: str) -> None:
         conn.close()
 
 
-def _decide(svc: ServiceUnderTest, statement: str) -> None:
-    xa_decide(svc.source.port, statement)
-
-
 def _inserted(events: list[ThlEvent], table: str) -> list[ThlValue]:
     """The ids inserted into ``table``, in THL order."""
     return [row[0] for e in events for item in e.data
@@ -85,7 +81,7 @@ def test_committed_xa_transactions_arrive_once_in_commit_order_rolled_back_never
         svc.sql(f"INSERT INTO {s}.t VALUES (2, 'between')")  # commits before x1 does
         _prepare(svc, "'x2','branch',7", f"INSERT INTO {s}.t VALUES (3, 'rolled back')",
                  f"UPDATE {s}.t SET v = 'never' WHERE id = 2")
-        _decide(svc, "XA ROLLBACK 'x2','branch',7")
+        xa_decide(svc.source.port, "XA ROLLBACK 'x2','branch',7")
         conn = _connect(svc)
         with conn.cursor() as cur:  # one phase: logged as an ordinary transaction
             cur.execute("XA START 'x3'")
@@ -95,8 +91,8 @@ def test_committed_xa_transactions_arrive_once_in_commit_order_rolled_back_never
         conn.close()
         _prepare(svc, "X'00ff',X'01',3",
                  *(f"INSERT INTO {s}.t VALUES ({i}, 'big xa')" for i in range(100, 220)))
-        _decide(svc, "XA COMMIT 'x1'")  # from another session than its prepare
-        _decide(svc, "XA COMMIT X'00ff',X'01',3")
+        xa_decide(svc.source.port, "XA COMMIT 'x1'")  # from another session than its prepare
+        xa_decide(svc.source.port, "XA COMMIT X'00ff',X'01',3")
         svc.sql(f"INSERT INTO {s}.t VALUES (5, 'after')")
         events = [e for e in _wait_inserted(svc, "t", 5) if any(
             isinstance(i, RowChange) and i.table == "t" for i in e.data)]
@@ -145,7 +141,7 @@ def test_an_xa_left_prepared_holds_back_nothing_shows_in_status_and_stops_cleanl
         proc.wait(30)
         assert proc.returncode == 0, svc.log_path.read_text()[-3000:]
     finally:
-        _decide(svc, "XA ROLLBACK 'a3'")
+        xa_decide(svc.source.port, "XA ROLLBACK 'a3'")
 
 
 def _status(svc: ServiceUnderTest) -> dict[str, str]:
@@ -178,7 +174,7 @@ def test_sigkill_between_prepare_and_commit_delivers_once(
     assert proc.wait(60) == EXIT_STATUS, svc.log_path.read_text()[-3000:]
     proc = svc.start_process()
     svc.wait_streaming(proc=proc, after=svc.tail_seqno())
-    _decide(svc, "XA COMMIT 'x9'")
+    xa_decide(svc.source.port, "XA COMMIT 'x9'")
     svc.sql(f"INSERT INTO {s}.t VALUES (2, 'after the commit')")
     _wait_inserted(svc, "t", 2)
     _prepare(svc, "'x10'", f"INSERT INTO {s}.t VALUES (3, 'x10')")
@@ -189,8 +185,8 @@ def test_sigkill_between_prepare_and_commit_delivers_once(
         time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)
-    _decide(svc, "XA COMMIT 'x10'")
-    _decide(svc, "XA ROLLBACK 'x11'")
+    xa_decide(svc.source.port, "XA COMMIT 'x10'")
+    xa_decide(svc.source.port, "XA ROLLBACK 'x11'")
     proc = svc.start_process()
     try:
         svc.sql(f"INSERT INTO {s}.t VALUES (5, 'after the restart')")

@@ -18,12 +18,19 @@ from typing import Any
 import pytest
 import yaml
 
-from replicator.crashpoints import EXIT_STATUS
 from stack.services.spark_connect import SparkConnect
 
 from ..harness.processes import kill_leftovers
 from .conftest import CraftedThl
-from .test_exactly_once import _PROCS, Model, _compare, _log, _spawn, _until_applying
+from .test_exactly_once import (
+    _PROCS,
+    Model,
+    _compare,
+    _log,
+    _spawn,
+    _until_applying,
+    crash_at_named_points,
+)
 
 KILLS = 4
 
@@ -48,12 +55,7 @@ def test_a_group_on_spark_connect_is_exact_through_crashes_and_kills(
     model = Model(svc, seed=23)
     for _ in range(30):
         model.transaction()
-    for point in ("apply-between-tables", "apply-before-position"):
-        proc = _spawn(svc, f"{point}:2")
-        for _ in range(10):
-            model.transaction()
-        assert proc.wait(300) == EXIT_STATUS, _log(svc)
-        assert f"crash point {point} reached" in _log(svc)
+    crash_at_named_points(svc, model)
 
     stop = threading.Event()
 

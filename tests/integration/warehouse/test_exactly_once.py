@@ -174,6 +174,17 @@ def _jvm_maps(proc: subprocess.Popen[bytes], archive: str) -> bool:
     return False
 
 
+def crash_at_named_points(svc: CraftedThl, model: Model) -> None:
+    """A process crashes between two tables' MERGEs, the next between the MERGEs and the
+    position, while the model keeps publishing."""
+    for point in ("apply-between-tables", "apply-before-position"):
+        proc = _spawn(svc, f"{point}:2")
+        for _ in range(10):
+            model.transaction()
+        assert proc.wait(400) == EXIT_STATUS, _log(svc)
+        assert f"crash point {point} reached" in _log(svc)
+
+
 def _compare(svc: CraftedThl, model: Model) -> None:
     assert svc.rows("s", "a", ["id", "v", "_seqno"]) == model.expected("a")
     assert svc.rows("s", "b", ["k", "n", "_seqno"]) == model.expected("b")
@@ -203,13 +214,7 @@ def test_crashes_and_kills_under_load_leave_tables_equal_to_the_source(
     for _ in range(30):
         model.transaction()
 
-    # The named points: between two tables' MERGEs, between the MERGEs and the position.
-    for point in ("apply-between-tables", "apply-before-position"):
-        proc = _spawn(svc, f"{point}:2")
-        for _ in range(10):
-            model.transaction()
-        assert proc.wait(400) == EXIT_STATUS, _log(svc)
-        assert f"crash point {point} reached" in _log(svc)
+    crash_at_named_points(svc, model)
 
     # Random SIGKILLs while a writer keeps the THL growing.
     stop = threading.Event()
