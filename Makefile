@@ -36,23 +36,26 @@ lint: $(STAMP)
 # Most integration tests wait on servers and child processes, not on a core: a few workers
 # share the one stack (tests/integration/sharing.py). TEST_WORKERS=0 runs in this process.
 TEST_WORKERS ?= 3
+# One test at a time to each worker as it frees up (xdist's default hands out chunks of
+# dozens: one worker went on alone for four minutes at the end of a run).
+XDIST = -n $(TEST_WORKERS) --maxschedchunk=1
 
 test-unit: $(STAMP)
 	$(VENV)/bin/pytest tests/unit
 
 # The session fixtures start the servers the tests need (once) and stop the ones they started.
 test-integration: $(STAMP)
-	$(VENV)/bin/pytest tests/integration -n $(TEST_WORKERS)
+	$(VENV)/bin/pytest tests/integration $(XDIST)
 
 # Every test's time (setup and gate waits included) in .run/tests/junit.xml, for finding
 # where the run's minutes go; the 15 slowest are printed at the end.
 test: lint $(STAMP)
-	$(VENV)/bin/pytest tests -n $(TEST_WORKERS) --junitxml=.run/tests/junit.xml
+	$(VENV)/bin/pytest tests $(XDIST) --junitxml=.run/tests/junit.xml
 
 # The long versions of the fault tests (tests/integration/soak.py): before a release, and
 # after a change to the runtime, an applier's commit path or the extractor's restart path.
 soak: lint $(STAMP)
-	TREP_SOAK=1 $(VENV)/bin/pytest tests -n $(TEST_WORKERS)
+	TREP_SOAK=1 $(VENV)/bin/pytest tests $(XDIST)
 
 demo: $(STAMP)
 	$(PY) -m stack up

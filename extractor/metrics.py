@@ -58,9 +58,10 @@ class ExtractorCollector(Collector):
     def _xa(self) -> Iterator[Family]:
         assembler = self.extractor.assembler
         for name, doc, value in (
-            ("trep_extractor_xa_prepared", "XA transactions prepared on the source and not "
-             "yet committed or rolled back (held by the extractor)",
-             len(assembler.prepared) if assembler else 0),
+            ("trep_extractor_xa_prepared", "XA transactions with replicated changes "
+             "prepared on the source and not yet committed or rolled back (held by the "
+             "extractor)",
+             len(assembler.held_xa()) if assembler else 0),
             ("trep_extractor_xa_oldest_open_seconds", "How long the oldest prepared XA "
              "transaction has been waiting for its outcome",
              assembler.oldest_xa_age() if assembler else 0.0),

@@ -514,21 +514,28 @@ class TransactionAssembler:
         txn.rows = txn.size = 0
 
 
+    def held_xa(self) -> list[Prepared]:
+        """The prepared XA transactions that hold replicated changes back: those in other
+        schemas (or wholly filtered) are tracked too but are none of the operator's concern."""
+        return [p for p in self.prepared.values() if p.replicated]
+
     def open_xa(self) -> str:
         """What ``trepctl status`` shows: NONE, or how many are prepared and the oldest."""
-        if not self.prepared:
+        held = self.held_xa()
+        if not held:
             return "NONE"
-        oldest = min(self.prepared.values(), key=lambda p: p.seen_at)
+        oldest = min(held, key=lambda p: p.seen_at)
         age = time.monotonic() - oldest.seen_at
-        return (f"{len(self.prepared)} prepared, oldest {xid_display(oldest.xid)} "
+        return (f"{len(held)} prepared, oldest {xid_display(oldest.xid)} "
                 f"({oldest.rows} row(s)) "
                 f"open for {age:.0f} s, prepared at {oldest.start.event_id()}")
 
     def oldest_xa_age(self) -> float:
         """Seconds the oldest prepared XA transaction has been open (0: none)."""
-        if not self.prepared:
+        held = self.held_xa()
+        if not held:
             return 0.0
-        return time.monotonic() - min(p.seen_at for p in self.prepared.values())
+        return time.monotonic() - min(p.seen_at for p in held)
 
 
 def _shard_of(items: list[DataItem]) -> str:

@@ -154,6 +154,12 @@ class Prepared:
     #: When the extractor read the prepare (monotonic clock), for "open for N s".
     seen_at: float = field(default_factory=time.monotonic)
 
+    @property
+    def replicated(self) -> bool:
+        """It changes something replicated (a prepare whose every change the filters drop
+        is still tracked, for its outcome, but holds back nothing an operator must see)."""
+        return self.spool.fragments > 0
+
 
 def encode_open(prepared: dict[str, Prepared]) -> str:
     """The ``xa_open`` metadata of an event."""

@@ -17,16 +17,40 @@ _INTEGRATION = Path(__file__).parent / "integration"
 _before: set[str] | None = None
 
 
+@pytest.hookimpl(trylast=True)  # after the conformance hook has marked its exclusive tests
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _INTEGRATION in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.integration)
-    # xdist hands tests out in this order. The long ones first, so none of them ends the
-    # run alone; tests that take a server down run alone (tests/integration/sharing.py),
-    # so last, when the other workers are running out of work anyway, instead of idling
-    # them mid-run. (A stable sort: every worker must see the same order.)
-    items.sort(key=lambda item: (item.get_closest_marker("exclusive") is not None,
-                                 item.get_closest_marker("slow") is None))
+    # xdist hands tests out in this order (one at a time: the Makefile's --maxschedchunk).
+    # A test that takes one target down first: it waits for every test using that server
+    # and holds them back, which costs least while few of them have started (mid-run, one
+    # kept two workers idle for two minutes); one per server, so that they run side by
+    # side. The long ones next, so that none of them ends the run alone, then the other
+    # tests that take a target down. Those that take a server every test needs run alone
+    # (tests/integration/sharing.py), so last. (A stable sort: every worker must see the
+    # same order.)
+    taken: set[tuple[str, ...]] = set()
+    ranks = {}
+    for item in items:
+        ranks[item.nodeid] = _rank(item, taken)
+    items.sort(key=lambda item: ranks[item.nodeid])
+
+
+def _rank(item: pytest.Item, taken: set[tuple[str, ...]]) -> int:
+    """0: the first to take its target down; 1: long; 2: another taking a target down;
+    3: the rest; 4: alone."""
+    from tests.integration.sharing import CORE
+
+    mark = item.get_closest_marker("exclusive")
+    if mark is None:
+        return 1 if item.get_closest_marker("slow") is not None else 3
+    if not mark.args or set(mark.args) & CORE:
+        return 4
+    if mark.args in taken:
+        return 2
+    taken.add(mark.args)
+    return 0
 
 
 def _running() -> set[str]:

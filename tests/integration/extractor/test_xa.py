@@ -122,10 +122,14 @@ def test_an_xa_left_prepared_holds_back_nothing_shows_in_status_and_stops_cleanl
     svc = make_service(batch_ms=20)
     s = svc.schema
     svc.sql(f"CREATE TABLE {s}.t (id INT PRIMARY KEY)")
+    # Another schema, not replicated: its prepared XA is none of this service's business.
+    svc.sql(f"CREATE DATABASE {s}_x")
+    svc.sql(f"CREATE TABLE {s}_x.t (id INT PRIMARY KEY)")
     proc = svc.start_process()
     svc.wait_streaming(proc=proc)
     try:
         svc.sql(f"INSERT INTO {s}.t VALUES (1)")
+        _prepare(svc, "'a3x'", f"INSERT INTO {s}_x.t VALUES (2)")
         _prepare(svc, "'a3'", f"INSERT INTO {s}.t VALUES (2)")
         svc.sql(f"INSERT INTO {s}.t VALUES (3)")
         deadline = time.monotonic() + 60
@@ -142,6 +146,8 @@ def test_an_xa_left_prepared_holds_back_nothing_shows_in_status_and_stops_cleanl
         assert proc.returncode == 0, svc.log_path.read_text()[-3000:]
     finally:
         xa_decide(svc.source.port, "XA ROLLBACK 'a3'")
+        xa_decide(svc.source.port, "XA ROLLBACK 'a3x'")
+        svc.sql(f"DROP DATABASE {s}_x")
 
 
 def _status(svc: ServiceUnderTest) -> dict[str, str]:

@@ -21,6 +21,7 @@ import yaml
 from stack.services.spark_connect import SparkConnect
 
 from ..harness.processes import kill_leftovers
+from ..soak import kills
 from .conftest import CraftedThl
 from .test_exactly_once import (
     _PROCS,
@@ -32,7 +33,8 @@ from .test_exactly_once import (
     crash_at_named_points,
 )
 
-KILLS = 4
+#: A kill of a Connect client costs no JVM: a few in make test, more in soak.
+KILLS = kills(quick=2, soak=10)
 
 
 @pytest.fixture
