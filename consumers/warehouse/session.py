@@ -93,9 +93,30 @@ def is_remote(spark: SparkSession) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+def keep_release_pool() -> None:
+    """Closing one Spark Connect client must not break the others of this process.
+
+    PySpark (4.0) sends its ReleaseExecute calls through one thread pool per process, and
+    every client's ``close()`` shuts that pool down, ``SparkSession.__del__`` included, in
+    whichever thread the garbage collector happens to run it. Run in one of the pool's own
+    threads, the shutdown cannot join itself and leaves the pool shut down for good: every
+    later query of every session of the process then fails with "cannot schedule new
+    futures after shutdown" (a conformance group stopped on it after a restart dropped its
+    old session). A replicator opens and drops sessions while others work, so the pool
+    lives as long as the process; its idle threads end with it.
+    """
+    from pyspark.sql.connect.client.reattach import ExecutePlanResponseReattachableIterator
+
+    if not getattr(ExecutePlanResponseReattachableIterator, "_kept_by_tungsten", False):
+        setattr(ExecutePlanResponseReattachableIterator, "shutdown",  # noqa: B010
+                classmethod(lambda cls: None))
+        setattr(ExecutePlanResponseReattachableIterator, "_kept_by_tungsten", True)  # noqa: B010
+
+
 def _remote(remote: str, settings: SparkSettings, owner: str | None) -> SparkSession:
     from pyspark.sql.connect.session import SparkSession as RemoteSession
 
+    keep_release_pool()
     url = remote.rstrip("/")
     if owner is None:
         spark = RemoteSession.builder.remote(f"{url}/;session_id={uuid.uuid4()}").create()
