@@ -513,7 +513,6 @@ class TransactionAssembler:
         txn.unchecked.clear()
         txn.rows = txn.size = 0
 
-
     def held_xa(self) -> list[Prepared]:
         """The prepared XA transactions that hold replicated changes back: those in other
         schemas (or wholly filtered) are tracked too but are none of the operator's concern."""

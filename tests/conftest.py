@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.sharing import CORE
+
 _INTEGRATION = Path(__file__).parent / "integration"
 #: The stack's servers that were running when the run began (None in an xdist worker).
 _before: set[str] | None = None
@@ -31,17 +33,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # (tests/integration/sharing.py), so last. (A stable sort: every worker must see the
     # same order.)
     taken: set[tuple[str, ...]] = set()
-    ranks = {}
-    for item in items:
-        ranks[item.nodeid] = _rank(item, taken)
+    ranks = {item.nodeid: _rank(item, taken) for item in items}  # in collection order
     items.sort(key=lambda item: ranks[item.nodeid])
 
 
 def _rank(item: pytest.Item, taken: set[tuple[str, ...]]) -> int:
     """0: the first to take its target down; 1: long; 2: another taking a target down;
     3: the rest; 4: alone."""
-    from tests.integration.sharing import CORE
-
     mark = item.get_closest_marker("exclusive")
     if mark is None:
         return 1 if item.get_closest_marker("slow") is not None else 3

@@ -107,10 +107,9 @@ def keep_release_pool() -> None:
     """
     from pyspark.sql.connect.client.reattach import ExecutePlanResponseReattachableIterator
 
-    if not getattr(ExecutePlanResponseReattachableIterator, "_kept_by_tungsten", False):
-        setattr(ExecutePlanResponseReattachableIterator, "shutdown",  # noqa: B010
-                classmethod(lambda cls: None))
-        setattr(ExecutePlanResponseReattachableIterator, "_kept_by_tungsten", True)  # noqa: B010
+    # Idempotent: every remote session sets the same no-op.
+    setattr(ExecutePlanResponseReattachableIterator, "shutdown",  # noqa: B010
+            classmethod(lambda cls: None))
 
 
 def _remote(remote: str, settings: SparkSettings, owner: str | None) -> SparkSession:
