@@ -29,6 +29,8 @@ class _Families:
     triggers: Gauge
     cascaded: Counter
     cascade_depth: Gauge
+    collapsed: Counter
+    set_refused: Counter
 
 
 #: By the registry itself, weakly: keyed by id() a registry collected and a new one at the
@@ -76,7 +78,13 @@ def _families_of(registry: CollectorRegistry) -> _Families:
                 Gauge("trep_cascade_depth",
                       "Deepest foreign-key cascade chain carried out since the process "
                       "started (1: children of the changed row)", _LABELS,
-                      registry=registry))
+                      registry=registry),
+                Counter("trep_rows_collapsed",
+                        "Row changes a SQL target got as net effects by primary key "
+                        "(apply: set-based), committed", _LABELS, registry=registry),
+                Counter("trep_set_based_refused",
+                        "Blocks a SQL target refused in set-based form, applied again in "
+                        "order", _LABELS, registry=registry))
             _families[registry] = found
         return found
 
@@ -92,6 +100,8 @@ class ConsumerMetrics:
         self._f.triggers.labels(*self._values).set(0)
         self._f.cascaded.labels(*self._values).inc(0)
         self._f.cascade_depth.labels(*self._values).set(0)
+        self._f.collapsed.labels(*self._values).inc(0)
+        self._f.set_refused.labels(*self._values).inc(0)
         self._depth = 0
 
     @classmethod
@@ -135,6 +145,14 @@ class ConsumerMetrics:
         with _lock:
             self._depth = max(self._depth, depth)
             gauge.set(self._depth)
+
+    def collapsed(self, rows: int) -> None:
+        """A set-based block committed with ``rows`` row changes collapsed by key."""
+        self._f.collapsed.labels(*self._values).inc(rows)
+
+    def set_refused(self, blocks: int = 1) -> None:
+        """Set-based blocks refused by the target: they go again, in order."""
+        self._f.set_refused.labels(*self._values).inc(blocks)
 
     def rows(self, event: ThlEvent) -> None:
         self._f.rows.labels(*self._values).inc(

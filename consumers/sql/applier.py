@@ -92,6 +92,7 @@ class SqlApplier:
                                     ctx.metrics, ctx.schema_changes)
         self._batches = BatchWriter(target, self.url.get_driver_name(), cfg.batch_rows,
                                     self._positions, self.rollback)
+        self._batches.set_based = cfg.apply == "set-based"
         self._rows = RowWriter(target, policy_for(self.dialect, cfg.zero_dates,
                                                   cfg.nul_characters),
                                ctx.metrics, self._tables, self._batches)

@@ -8,11 +8,23 @@ multi-statement round trips of about ``_ROUND_TRIP_BYTES``, together with the lo
 compare-and-set of the block's position (``positions.py``), instead of one round trip (or
 one server-side execution) per row. Every statement's matched-row count is still checked:
 an UPDATE or DELETE that does not match its row means the target has diverged.
+
+Set-based (``collapse``): the changes of a table with a primary key are collapsed to each
+key's net effect (``collapse.py``) and go out as a few statements per table: the keys that
+must be there counted, the gone ones deleted (``IN`` lists, matched rows checked), the kept
+ones upserted (``ON DUPLICATE KEY UPDATE`` on MySQL-family targets, ``ON CONFLICT (key) DO
+UPDATE`` on PostgreSQL) and the new ones inserted. Deletes of every table go before upserts
+of any, upserts before inserts, each in the order tables were first touched. Whatever the
+target refuses in a round trip that holds such statements (a count that is off, a
+constraint) raises ``SetRefused`` (transient) at the highest seqno of the block so far: the
+block is rolled back, the session starts again from the stored position, and everything up
+to that seqno (``ordered_through``) goes in order, where the target names what is wrong, if
+anything still is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,10 +33,17 @@ import pymysql
 from pymysql.cursors import RE_INSERT_VALUES
 from sqlalchemy import exc as sa_exc
 
-from consumers.errors import DataError
+from consumers.errors import DataError, TransientError
+from consumers.sql.collapse import Key, NotCollapsed, Params, TableChanges
 from consumers.sql.context import TargetContext
 from consumers.sql.positions import SqlTracking
-from consumers.sql.render import Template, client_cursor, mysql_literal, postgresql_literal
+from consumers.sql.render import (
+    Literal,
+    Template,
+    client_cursor,
+    mysql_literal,
+    postgresql_literal,
+)
 from consumers.sql.statements import RowStatements, TargetTable, statement_for
 from replicator.tracking import PositionMoved
 from thl_topics.event import ColumnSpec, RowAction
@@ -37,6 +56,13 @@ _ROUND_TRIP_BYTES = 1 << 20
 _MULTI_DRIVERS = {("mysql", "pymysql"), ("mariadb", "pymysql"), ("postgresql", "psycopg")}
 #: A value larger than this is bound by the driver instead of rendered into SQL text.
 LARGE_VALUE_BYTES = 1 << 20
+#: Keys in one ``IN`` list of a set-based statement at most.
+_IN_KEYS = 1000
+
+
+class SetRefused(TransientError):
+    """The target refused a set-based round trip: the session starts again from the stored
+    position, and the blocks up to ``ordered_through`` go in order this time."""
 
 
 @dataclass
@@ -48,12 +74,17 @@ class Queued:
     rows: int
     action: RowAction | None
     target: TargetTable | None
-    #: ``rows`` (a row change), ``lock`` (reads the stored position, locked) or
-    #: ``position`` (moves it: must match its one row).
+    #: ``rows`` (a row change), ``lock`` (reads the stored position, locked),
+    #: ``position`` (moves it: must match its one row) or ``count`` (reads a count that
+    #: must equal ``rows``).
     kind: str = "rows"
+    #: A statement of collapsed changes (``SetRefused`` where the target refuses it).
+    collapsed: bool = False
 
     def doing(self, preposition: str = "into") -> str:
         """What the statement does, for errors."""
+        if self.kind == "count" and self.target is not None:
+            return f"counting keys of {self.target.qualified}"
         if self.action is not None and self.target is not None:
             return f"{self.action.value} {preposition} {self.target.qualified}"
         return ("locking" if self.kind == "lock" else "advancing") + " trep_commit_seqno"
@@ -86,8 +117,26 @@ class _Rendering:
     around: tuple[str, str] | None
 
 
+@dataclass
+class _Collapsing:
+    """One table's collapsed changes of the open block, in one column layout."""
+
+    target: TargetTable
+    #: The primary key's source column names, in key order.
+    key: tuple[str, ...]
+    #: The after images' column layout (empty while only deletes came).
+    columns: list[ColumnSpec]
+    changes: TableChanges
+
+
 def _names(specs: list[ColumnSpec]) -> tuple[tuple[str, bool], ...]:
     return tuple((c.name, c.primary_key) for c in specs)
+
+
+def _positions(key: tuple[str, ...], specs: list[ColumnSpec], prefix: str) -> list[str]:
+    """The parameter names of the key's columns in rows of ``specs`` (``v<i>``/``k<i>``)."""
+    index = {c.name: i for i, c in enumerate(specs)}
+    return [f"{prefix}{index[k]}" for k in key if k in index]
 
 
 class BatchWriter:
@@ -110,10 +159,30 @@ class BatchWriter:
         self._stmts: dict[tuple[object, ...], Any] = {}
         #: Each compiled layout's text, cut at its parameters (see ``_rendering``).
         self._texts: dict[tuple[object, ...], _Rendering] = {}
+        #: Changes of tables with a primary key are collapsed (``apply: set-based``; the
+        #: queued path only).
+        self.set_based = False
+        #: Collapsed changes of the open block by table and layout, in first-touch order.
+        #: Invariant: while any are held, no batch is open (and the reverse).
+        self.collapsed: dict[tuple[object, ...], _Collapsing] = {}
+        #: The highest seqno of the open block so far (the applier sets it).
+        self.seqno = -1
+        #: Row changes of the open block collapsed so far.
+        self.collapsed_rows = 0
+        #: Set-based blocks refused by the target since the process started.
+        self.refused = 0
+        #: Blocks up to this seqno are applied in order: a set-based try of them failed.
+        self.ordered_through = -1
+
+    def collapsing(self) -> bool:
+        """Changes of the open block's current seqno may be collapsed."""
+        return self.set_based and self.multi and self.seqno > self.ordered_through
 
     def add(self, batch: Batch) -> None:
         """Rows for the open batch when they have its layout; else the open batch goes out
         and they open the next one (which goes out at ``batch_rows``)."""
+        if self.collapsed:
+            self.emit_collapsed()  # they came first
         if self.batch is not None and self.batch.layout() == batch.layout():
             self.batch.params.extend(batch.params)
         else:
@@ -131,7 +200,117 @@ class BatchWriter:
     def flush(self) -> None:
         """Everything of the block so far has reached the target."""
         self.close_batch()
+        self.emit_collapsed()
         self.send()
+
+    # -- set-based ------------------------------------------------------------------------
+
+    def collapse(self, target: TargetTable, key: tuple[str, ...], action: RowAction,
+                 columns: list[ColumnSpec], keys: list[ColumnSpec], params: list[Params]
+                 ) -> int:
+        """Collapse a row change's rows into its table's net effects by primary key
+        (``key``: its columns, in order); how many rows were taken (the rest, from the
+        first one that cannot be collapsed, go in order)."""
+        self.close_batch()
+        table = (target.qualified, id(target))
+        held = self.collapsed.get(table)
+        if held is not None and columns and held.columns and \
+                _names(held.columns) != _names(columns):
+            self.emit_collapsed()  # images of another column layout: those first
+            held = None
+        if held is None:
+            held = self.collapsed[table] = _Collapsing(target, key, columns, TableChanges())
+        held.columns = held.columns or columns
+        after = _positions(key, columns, "v")
+        before = _positions(key, keys, "k")
+        changes = held.changes
+        for taken, row in enumerate(params):
+            try:
+                if action is RowAction.INSERT:
+                    changes.insert(row, after)
+                elif action is RowAction.UPDATE:
+                    changes.update(row, before, after)
+                else:
+                    changes.delete(row, before)
+            except NotCollapsed:
+                self.collapsed_rows += taken
+                return taken
+        self.collapsed_rows += len(params)
+        return len(params)
+
+    def emit_collapsed(self) -> None:
+        """The collapsed changes as statements, queued: counts, deletes, upserts, inserts."""
+        held, self.collapsed = list(self.collapsed.values()), {}
+        if not held:
+            return
+        cursor = client_cursor(self.ctx.db, self.ctx.dialect)
+        try:
+            literal = (postgresql_literal(cursor) if self.ctx.dialect == "postgresql"
+                       else mysql_literal(cursor))
+            for h in held:
+                self._keys_statements(h, "SELECT COUNT(*) FROM", h.changes.must_exist(),
+                                      literal, "count", True)
+                self._keys_statements(h, "SELECT COUNT(*) FROM", h.changes.must_not_exist(),
+                                      literal, "count", False)
+            for h in held:
+                self._keys_statements(h, "DELETE FROM", h.changes.deleted(), literal, "rows",
+                                      True)
+            # Kept rows before new ones: a new row may take a unique value a kept one gave up.
+            for h in held:
+                self._insert_statements(h, list(h.changes.upserted()), literal,
+                                        self._upsert_clause(h))
+            for h in held:
+                self._insert_statements(h, list(h.changes.inserted()), literal, "")
+        finally:
+            cursor.close()
+
+    def _keys_statements(self, held: _Collapsing, verb: str, keys: list[Key],
+                         literal: Literal, kind: str, all_match: bool) -> None:
+        """``verb`` on the rows of ``keys`` (IN lists of ``_IN_KEYS``), each checked to
+        match every key (``all_match``) or none."""
+        if not keys:
+            return
+        target = held.target
+        prep = self.ctx.db.dialect.identifier_preparer
+        names = [prep.format_column(target.table.c[k]) for k in held.key]
+        head = f"{verb} {prep.format_table(target.table)} WHERE " + (
+            names[0] if len(names) == 1 else "(" + ", ".join(names) + ")") + " IN ("
+        for start in range(0, len(keys), _IN_KEYS):
+            chunk = keys[start:start + _IN_KEYS]
+            values = ",".join(literal(k[0]) for k in chunk) if len(names) == 1 else \
+                ",".join("(" + ",".join(literal(v) for v in k) + ")" for k in chunk)
+            self.enqueue(Queued(head + values + ")", len(chunk) if all_match else 0,
+                                RowAction.DELETE if kind == "rows" else None, target,
+                                kind=kind, collapsed=True))
+
+    def _upsert_clause(self, held: _Collapsing) -> str:
+        """What turns a multi-row INSERT into an upsert on the primary key."""
+        target = held.target
+        prep = self.ctx.db.dialect.identifier_preparer
+        key = [prep.format_column(target.table.c[k]) for k in held.key]
+        rest = [prep.format_column(target.table.c[c.name]) for c in held.columns
+                if c.name not in target.generated and c.name not in held.key]
+        if self.ctx.dialect == "postgresql":
+            conflict = " ON CONFLICT (" + ", ".join(key) + ")"
+            return conflict + (" DO UPDATE SET " + ", ".join(f"{n} = EXCLUDED.{n}" for n in rest)
+                               if rest else " DO NOTHING")
+        # Matches any unique key: only tables whose one unique key is the primary key are
+        # collapsed on MySQL-family targets (``TargetTables.collapsible``).
+        return " ON DUPLICATE KEY UPDATE " + ", ".join(
+            f"{n} = VALUES({n})" for n in (rest or key))
+
+    def _insert_statements(self, held: _Collapsing, rows: list[Params], literal: Literal,
+                           clause: str) -> None:
+        if not rows:
+            return
+        batch = Batch(held.target, RowAction.INSERT, held.columns, held.columns, rows)
+        rendering = self._rendering(batch)
+        if rendering.around is None:
+            raise RuntimeError("an INSERT rendered as one statement per row")
+        prefix, postfix = rendering.around
+        for text in _joined(rendering.row.render(r, literal) for r in rows):
+            self.enqueue(Queued(prefix + text + postfix + clause, 0, RowAction.INSERT,
+                                held.target, collapsed=True))
 
     def execute(self, batch: Batch, check: bool = True) -> None:
         """One executemany; ``check``: an UPDATE or DELETE must match every row."""
@@ -201,18 +380,8 @@ class BatchWriter:
                                         batch.action, batch.target))
                 return
             prefix, postfix = rendering.around
-            parts: list[str] = []
-            size = 0
-            for params in batch.params:
-                text = row.render(params, literal)
-                if parts and size + len(text) > _ROUND_TRIP_BYTES:
-                    self.enqueue(Queued(prefix + ",".join(parts) + postfix, 0,
-                                        batch.action, batch.target))
-                    parts, size = [], 0
-                parts.append(text)
-                size += len(text) + 1
-            self.enqueue(Queued(prefix + ",".join(parts) + postfix, 0, batch.action,
-                                batch.target))
+            for text in _joined(row.render(params, literal) for params in batch.params):
+                self.enqueue(Queued(prefix + text + postfix, 0, batch.action, batch.target))
         finally:
             cursor.close()
 
@@ -247,6 +416,11 @@ class BatchWriter:
                         moved = PositionMoved(self._positions.expected, stored)
                 elif at.kind == "position":
                     position_missed = cursor.rowcount != 1
+                elif at.kind == "count":
+                    found = cursor.fetchone()
+                    count = 0 if found is None else int(found[0])
+                    if count != at.rows and mismatch is None:
+                        mismatch = (at, count)
                 elif at.rows and cursor.rowcount != at.rows and mismatch is None:
                     mismatch = (at, cursor.rowcount)
         except (pymysql.MySQLError, psycopg.Error) as exc:
@@ -257,13 +431,18 @@ class BatchWriter:
                 raise self._positions.conflict(moved) from exc
             # The server stopped at the failing statement: name its table like executemany.
             doing = at.doing()
-            if not answered and len(queued) > 1 and isinstance(exc, psycopg.Error):
+            collapsed = any(q.collapsed for q in queued)
+            if not answered and len(queued) > 1 and isinstance(exc, psycopg.Error) \
+                    and not collapsed:
                 at, exc, doing = self._pinpoint(queued, exc)
             dbapi = self.ctx.db.dialect.loaded_dbapi
             wrapped = sa_exc.DBAPIError.instance(at.sql[:200], None, exc, dbapi.Error)
             if not isinstance(wrapped, sa_exc.DBAPIError):
                 raise wrapped from exc
-            raise self.ctx.classify(wrapped, doing) from exc
+            error = self.ctx.classify(wrapped, doing)
+            if collapsed and isinstance(error, DataError):
+                raise self._refused(str(error)) from exc
+            raise error from exc
         finally:
             cursor.close()
         if moved is None and position_missed:
@@ -275,9 +454,19 @@ class BatchWriter:
             raise self._positions.conflict(moved)
         if mismatch is not None:
             at, count = mismatch
+            if at.collapsed:
+                raise self._refused(f"{at.doing('of')} matched {count} of {at.rows} row(s)")
             raise DataError(
                 f"{at.doing('of')} on {self.ctx.target} matched {count} of {at.rows} row(s): the "
                 "target has diverged from the source")
+
+    def _refused(self, why: str) -> SetRefused:
+        """The open block goes again, in order up to its highest seqno so far."""
+        self.ordered_through = max(self.ordered_through, self.seqno)
+        self.refused += 1
+        return SetRefused(f"{self.ctx.target}: set-based apply of the block up to seqno "
+                          f"{self.seqno} refused ({why}); applying it again in order",
+                          seqno=self.seqno)
 
     def _pinpoint(self, queued: list[Queued], exc: psycopg.Error
                   ) -> tuple[Queued, psycopg.Error, str]:
@@ -315,7 +504,24 @@ class BatchWriter:
     def drop(self) -> None:
         """What the block held and did not send is given up (a rollback)."""
         self.batch = None
+        self.collapsed = {}
+        self.collapsed_rows = 0
         self.queued, self.queued_bytes = [], 0
+
+
+def _joined(rows: Iterable[str]) -> Iterator[str]:
+    """Rows' VALUES tuples joined into texts of about ``_ROUND_TRIP_BYTES`` at most (one
+    row at least)."""
+    parts: list[str] = []
+    size = 0
+    for text in rows:
+        if parts and size + len(text) > _ROUND_TRIP_BYTES:
+            yield ",".join(parts)
+            parts, size = [], 0
+        parts.append(text)
+        size += len(text) + 1
+    if parts:
+        yield ",".join(parts)
 
 
 def _holds_large_value(batch: Batch) -> bool:

@@ -53,6 +53,14 @@ class SqlTarget(BaseModel):
     #: bytes, Oracle 128): ``map`` cuts it and ends it with a hash of the whole name
     #: (``consumers.naming``); ``strict`` stops the group at its seqno.
     names: NamePolicy = "map"
+    #: How a block's row changes reach the target. ``set-based``: the changes of each table
+    #: with a primary key are collapsed to each key's last image and sent as one multi-row
+    #: upsert and one multi-key DELETE per table (MySQL-family targets through PyMySQL and
+    #: PostgreSQL through psycopg; keyless tables, statements, key moves, tables with
+    #: triggers or, on MySQL-family targets, a second unique key go in order; a block the
+    #: target refuses in that form goes again in order). ``ordered``: every row change as
+    #: its own statement, in source order.
+    apply: Literal["set-based", "ordered"] = "set-based"
     #: Rows sent to the driver in one executemany at most.
     batch_rows: int = Field(1000, gt=0)
     #: Also record every applied seqno in ``trep_apply_audit`` (same transaction as the

@@ -43,6 +43,12 @@ class TargetTable:
     #: Columns whose target name is not their source name (``consumers.sql.naming``):
     #: source name -> target name. Every other mapping here is keyed by source name.
     aliases: dict[str, str] = field(default_factory=dict)
+    #: What set-based apply needs to know of the table (read when first needed).
+    shape: SetShape | None = None
+    #: By column layout of row images: the primary key by which their changes may be
+    #: collapsed, or None (``TargetTables.collapsible``).
+    collapsible: dict[tuple[object, ...], tuple[str, ...] | None] = field(
+        default_factory=dict)
     table: sa.Table = field(init=False)
 
     def __post_init__(self) -> None:
@@ -55,6 +61,18 @@ class TargetTable:
     @property
     def qualified(self) -> str:
         return f"{self.schema}.{self.name}" if self.schema else self.name
+
+
+@dataclass(frozen=True)
+class SetShape:
+    """The keys and triggers of a target table (source column names)."""
+
+    #: Primary key columns, in key order (empty: none).
+    primary_key: tuple[str, ...]
+    #: Unique keys (indexes, constraints) other than the primary key, by columns.
+    other_unique: tuple[tuple[str, ...], ...]
+    #: The table has triggers.
+    triggers: bool
 
 
 class RowStatements:

@@ -28,7 +28,7 @@ from consumers.sql import ddl
 from consumers.sql.config import MYSQL_FAMILY
 from consumers.sql.context import TargetContext
 from consumers.sql.naming import SqlNames, exact
-from consumers.sql.statements import TargetTable
+from consumers.sql.statements import SetShape, TargetTable
 from consumers.sql.types import UnmappedType
 from thl_topics.event import ColumnSpec, RowChange
 
@@ -151,6 +151,57 @@ class TargetTables:
                         "group applies, on top of what the source's row images carry; drop "
                         "it on the target unless that is meant", self.ctx.target, schema,
                         table, name, timing, event)
+
+    def collapsible(self, found: TargetTable, columns: Sequence[ColumnSpec],
+                    keys: Sequence[ColumnSpec]) -> tuple[str, ...] | None:
+        """The primary key (source column names, in order) by which changes of this layout
+        may be collapsed to net effects (``consumers.sql.collapse``); None if they may not.
+
+        They may where the row images' key is the target's primary key, after images hold
+        every column the target writes (a delete and an insert must not lose one), and the
+        target table has no triggers (they would fire for the upsert, not the change) and,
+        on MySQL-family targets, no other unique key (``ON DUPLICATE KEY UPDATE`` matches
+        any)."""
+        layout = (tuple(c.name for c in columns), tuple((c.name, c.primary_key) for c in keys))
+        if layout in found.collapsible:
+            return found.collapsible[layout]
+        shape = found.shape = found.shape or self._shape(found)
+        image_key = {c.name for c in columns if c.primary_key}
+        before_key = {c.name for c in keys if c.primary_key}
+        written = {n for n in found.types if n not in found.generated}
+        ok = (bool(shape.primary_key) and not shape.triggers
+              and (image_key or before_key) == set(shape.primary_key)
+              and (not before_key or before_key == set(shape.primary_key))
+              and (not image_key or written <= {c.name for c in columns})
+              and not (self.ctx.dialect in MYSQL_FAMILY and shape.other_unique))
+        found.collapsible[layout] = shape.primary_key if ok else None
+        return found.collapsible[layout]
+
+    def _shape(self, found: TargetTable) -> SetShape:
+        """The primary key, other unique keys and triggers of a target table, read."""
+        source = {target: name for name, target in found.aliases.items()}
+
+        def names(columns: Sequence[str | None]) -> tuple[str, ...]:
+            return tuple(source.get(n, n) for n in
+                         (self._column_name(c) for c in columns if c is not None))
+
+        name, schema = exact(found.name), exact(found.schema)
+        try:
+            inspector = sa.inspect(self.ctx.db)
+            key = names(inspector.get_pk_constraint(name, schema=schema)
+                        .get("constrained_columns") or [])
+            unique = {names(i["column_names"]) for i in inspector.get_indexes(name, schema=schema)
+                      if i.get("unique")}
+            unique |= {names(u["column_names"]) for u in
+                       inspector.get_unique_constraints(name, schema=schema)}
+            triggers = self.ctx.db.execute(sa.text(
+                "SELECT COUNT(*) FROM information_schema.triggers WHERE event_object_schema = "
+                ":s AND event_object_table = :t"), {"s": found.schema, "t": found.name}
+            ).scalar_one()
+        except sa_exc.DBAPIError as exc:
+            raise self.ctx.classify(exc, f"reading the keys of {found.qualified}") from exc
+        return SetShape(key, tuple(sorted(u for u in unique if set(u) != set(key))),
+                        bool(triggers))
 
     def reflect(self, schema: str, table: str, aliases: dict[str, str] | None = None
                 ) -> TargetTable | None:
