@@ -88,15 +88,16 @@ def _events(seqno: int, rows: list[tuple[RowAction, list[Any]]], per_event: int
 class Materializer:
     """Events staged and merged into the Delta table exactly as the applier does."""
 
-    def __init__(self, spark: Any, base: Path) -> None:
+    def __init__(self, spark: Any, base: Path, collapse: bool) -> None:
         cfg = WarehouseTarget(location=str(base))
         self.spark = spark
+        self.collapse = collapse
         self.writer = DeltaWriter(spark, cfg)
         self.area = StagingArea(cfg.staging(), "bench", "merge")
 
     def stage(self, events: list[ThlEvent], first_segment: int = 0) -> BatchStager:
         """The events as staged CSV segments (numbered from ``first_segment``)."""
-        stager = BatchStager()
+        stager = BatchStager(collapse=self.collapse)
         for event in events:
             stager.add(event)
         for i, seg in enumerate(stager.segments):
@@ -161,9 +162,9 @@ def build_base(merger: Materializer, base_rows: int) -> tuple[int, float]:
     return seqno, time.monotonic() - t0
 
 
-def merge_bench(sizes: Sizes, spark: Any, base: Path) -> dict[str, Any]:
+def merge_bench(sizes: Sizes, spark: Any, base: Path, collapse: bool) -> dict[str, Any]:
     """The base table, then each batch merged beside a plain append of it."""
-    merger = Materializer(spark, base)
+    merger = Materializer(spark, base, collapse)
     seqno, base_s = build_base(merger, sizes.base_rows)
     results: list[dict[str, float]] = []
     next_id = sizes.base_rows
@@ -187,7 +188,7 @@ def merge_bench(sizes: Sizes, spark: Any, base: Path) -> dict[str, Any]:
             "final_rows": count, "batches": results}
 
 
-def e2e_bench(sizes: Sizes, base: Path) -> dict[str, Any]:
+def e2e_bench(sizes: Sizes, base: Path, collapse: bool) -> dict[str, Any]:
     """THL events into a fresh topic, applied by a warehouse group in this process."""
     from stack.services.kafka import Kafka
     from thl_topics.admin import ThlTopicSpec, ensure_thl_topic
@@ -202,7 +203,9 @@ def e2e_bench(sizes: Sizes, base: Path) -> dict[str, Any]:
         "zookeeper": {"hosts": f"127.0.0.1:{port('zookeeper')}"},
         "source": {"host": "127.0.0.1", "port": 1, "user": "root", "password": ""},
         "consumers": {"w": {"target": {"type": "warehouse", "location": str(base / name),
-                                       "spark": warehouse_spark("local[2]")},
+                                       "spark": warehouse_spark("local[2]"),
+                                       # Kept files hold every operation: not collapsed.
+                                       "keep_staging": not collapse},
                             "block_commit_rows": sizes.e2e_block_rows,
                             "block_commit_ms": 30000}}})
     cfg = load_config(config)
@@ -243,8 +246,11 @@ def e2e_bench(sizes: Sizes, base: Path) -> dict[str, Any]:
 @click.option("--e2e-block-rows", type=int, default=50_000)
 @options.txn_rows(100, help=None)
 @click.option("--skip-e2e", is_flag=True)
+@click.option("--collapse/--no-collapse", default=True,
+              help="stage each key's last operation only (the applier's default), or every "
+                   "one and let Spark rank them (as before 2026-11-28)")
 def main(base_rows: int, batch_rows: int, batches: int, e2e_rows: int, e2e_block_rows: int,
-         txn_rows: int, skip_e2e: bool) -> None:
+         txn_rows: int, skip_e2e: bool, collapse: bool) -> None:
     """Run the benchmark; the JSON goes to ``bench/results/warehouse.json``."""
     sizes = Sizes(base_rows, batch_rows, batches, e2e_rows, e2e_block_rows, txn_rows)
     base = RUN_DIR / "warehouse-bench"
@@ -252,9 +258,10 @@ def main(base_rows: int, batch_rows: int, batches: int, e2e_rows: int, e2e_block
     base.mkdir(parents=True)
     # The applier's own session settings (consumers/warehouse/session.py), on local[2].
     spark = spark_sessions.acquire(SparkSettings.model_validate(warehouse_spark("local[2]")))
-    out: dict[str, Any] = {"spark": "local[2]", "merge": merge_bench(sizes, spark, base)}
+    out: dict[str, Any] = {"spark": "local[2]", "collapse": collapse,
+                           "merge": merge_bench(sizes, spark, base, collapse)}
     if not skip_e2e:
-        out["end_to_end"] = e2e_bench(sizes, base)
+        out["end_to_end"] = e2e_bench(sizes, base, collapse)
         e2e = out["end_to_end"]
         print(f"end to end: {e2e['row_changes']:,} row changes THL -> Delta in "
               f"{e2e['wall_s']} s ({e2e['rows_per_s']:,} rows/s)")

@@ -120,7 +120,9 @@ class WarehouseApplier:
         self._zeros = ZeroDateTally(self.target, ctx.metrics, log)
 
     def _new_stager(self) -> BatchStager:
-        return BatchStager(self.cfg.separator, self.cfg.quote_all, self.cfg.zero_dates)
+        # Files an external loader or a reader of the kept history gets hold every operation.
+        return BatchStager(self.cfg.separator, self.cfg.quote_all, self.cfg.zero_dates,
+                           collapse=self.cfg.mode == "merge" and not self.cfg.keep_staging)
 
     @property
     def spark(self) -> SparkSession:

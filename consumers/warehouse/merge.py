@@ -9,7 +9,8 @@ For each staging segment (one table, one column layout, one block):
    applied writes nothing.
 2. **read**: Spark reads the CSV with an all-text schema (FAILFAST), casts every column to
    its Delta type (ANSI casts: text that does not parse fails), and keeps the last operation
-   per key by (seqno, row). The result is materialized before any MERGE, so a cast error
+   per key by (seqno, row) (a collapsed segment holds only that one already:
+   ``staging.Segment.collapsed``). The result is materialized before any MERGE, so a cast error
    surfaces before any table of the block is written.
 3. **merge**: one MERGE per segment, guarded by ``t._seqno < s._seqno`` (a replay never goes
    backwards) and made idempotent by Delta's transaction ids
@@ -226,7 +227,7 @@ class DeltaWriter:
         exprs += [f"{cast_expression(f'c{i}', t)} AS {quote_name(c.name)}"
                   for i, (c, t) in enumerate(zip(seg.columns, plan.types, strict=True))]
         typed = raw.selectExpr(*exprs)
-        if not plan.history:
+        if not plan.history and not seg.collapsed:
             # An SQL expression, not pyspark.sql.functions: those build classic (JVM)
             # columns unless the whole process runs in Connect mode.
             keys = ", ".join(quote_name(k) for k in seg.key)
@@ -311,6 +312,12 @@ class DeltaWriter:
             else:
                 every = [*cols, SEQNO, COMMIT_TIME]
                 on = " AND ".join(f"t.{quote_name(k)} = s.{quote_name(k)}" for k in seg.key)
+                between = seg.keys_between
+                if between is not None and not seg.truncate:
+                    # A predicate on the target alone: Delta skips the files whose key
+                    # statistics lie outside it instead of scanning the whole table.
+                    on += f" AND t.{quote_name(seg.key[0])} BETWEEN {between[0]} AND " \
+                          f"{between[1]}"
                 sets = ", ".join(f"t.{c} = s.{c}" for c in every)
                 sql = (f"MERGE INTO {plan.ref.sql} t USING {view} s ON {on} "
                        f"WHEN MATCHED AND s.{OP} IN ('D', 'UD') AND t.{SEQNO} < s.{SEQNO} "

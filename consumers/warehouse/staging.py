@@ -19,6 +19,12 @@ every non-NULL field (Redshift-style). One file holds one table's rows of one bl
 column layout: a source ALTER inside a block starts a new file, and so does a table's first
 provisioned chunk (``consumers.provisioning``): that file's segment is marked ``truncate``,
 so its MERGE also deletes every row of the table it does not bring.
+
+Collapsed (``collapse``: merge mode without ``keep_staging``): a keyed table's segment keeps
+only the last operation per primary key, the one its MERGE would keep: a key's earlier lines
+are dropped as a later one comes (an update's ``UD`` half by its ``UI``; a moved row's old
+key keeps its ``UD``), so Spark neither reads them nor ranks them (``Segment.collapsed``).
+Files left for an external loader, or kept as a change history, keep every operation.
 """
 
 from __future__ import annotations
@@ -76,6 +82,24 @@ class Segment:
     #: Starts with the table's first provisioned chunk: the table's rows that this segment
     #: does not bring go (re-provisioning repairs a drifted table).
     truncate: bool = False
+    #: Each key's line (index into ``lines``) while the segment is collapsed; None: it
+    #: holds every operation (not collapsed, or a key that could not be hashed).
+    last: dict[tuple[Any, ...], int] | None = None
+    #: The lowest and highest key of a collapsed segment whose key is one integer column
+    #: (its MERGE touches only the Delta files whose statistics overlap it).
+    key_range: tuple[int, int] | None = None
+    #: False once a key value is not an integer: no range.
+    ranged: bool = True
+
+    @property
+    def keys_between(self) -> tuple[int, int] | None:
+        """The segment's integer key range, where it has one."""
+        return self.key_range if self.ranged and self.last is not None else None
+
+    @property
+    def collapsed(self) -> bool:
+        """At most one line per key: the last operation per key is already chosen."""
+        return self.last is not None
 
     @property
     def key(self) -> list[str]:
@@ -95,10 +119,12 @@ class BatchStager:
     """Turns a block's THL events into staging segments (one per table and layout)."""
 
     def __init__(self, separator: str = "\x01", quote_all: bool = False,
-                 zero_dates: str = "null") -> None:
+                 zero_dates: str = "null", collapse: bool = False) -> None:
         self.separator = separator
         self.quote_all = quote_all
         self.zero_dates = zero_dates
+        #: Keep only the last operation per key of a keyed segment.
+        self.collapse = collapse
         self.segments: list[Segment] = []
         self._open: dict[tuple[str, str], Segment] = {}
         self._row = 0
@@ -132,6 +158,8 @@ class BatchStager:
         seg = self._open.get(name)
         if fresh or seg is None or layout_of(seg.columns) != layout_of(specs):
             seg = Segment(change.schema, change.table, list(specs), low=seqno, truncate=fresh)
+            if self.collapse and seg.key:
+                seg.last = {}
             self._open[name] = seg
             self.segments.append(seg)
         if not seg.seqnos or seg.seqnos[-1] != seqno:
@@ -160,11 +188,33 @@ class BatchStager:
             for op, values, specs in ops:
                 fields = [self._field(spec, value, seg, seqno)
                           for spec, value in zip(specs, values, strict=True)]
+                if seg.last is not None:
+                    self._supersede(seg, seg.last, values, specs)
                 seg.lines.append(q + op + prefix + str(self._row) + tail
                                  + sep.join(fields))
                 seg.count += 1
                 self._row += 1
                 self.rows += 1
+
+    @staticmethod
+    def _supersede(seg: Segment, last: dict[tuple[Any, ...], int], values: list[Any],
+                   specs: list[ColumnSpec]) -> None:
+        """The key's earlier line in the segment goes: the line coming next is later."""
+        key = tuple(v for v, spec in zip(values, specs, strict=True) if spec.primary_key)
+        try:
+            earlier = last.get(key)
+        except TypeError:
+            seg.last = None  # a key value without a hash: Spark ranks every line
+            return
+        if earlier is not None:
+            seg.lines[earlier] = ""
+            seg.count -= 1
+        last[key] = len(seg.lines)
+        if len(key) == 1 and type(key[0]) is int:
+            low, high = seg.key_range or (key[0], key[0])
+            seg.key_range = (min(low, key[0]), max(high, key[0]))
+        else:
+            seg.ranged = False
 
     def _field(self, spec: ColumnSpec, value: Any, seg: Segment, seqno: int) -> str:
         try:
@@ -222,7 +272,10 @@ class StagingArea:
         """Write one segment (replacing a file of the same name); its URI. OSError if the
         location cannot be written."""
         target = self.uri_of(segment, index)
-        data = ("\n".join(segment.lines) + "\n").encode("utf-8")
+        # Superseded lines are empty (a line of a row change never is).
+        lines = [line for line in segment.lines if line] if segment.count < len(segment.lines) \
+            else segment.lines
+        data = ("\n".join(lines) + "\n").encode("utf-8")
         if self.local:
             path = Path(urlparse(target).path)
             path.parent.mkdir(parents=True, exist_ok=True)

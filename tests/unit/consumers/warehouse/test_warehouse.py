@@ -6,12 +6,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 
 import pytest
 
 from consumers.warehouse.history import CommitRange, version_for_seqno
 from consumers.warehouse.naming import path_safe
-from consumers.warehouse.staging import NULL_MARK, BatchStager, StagingError
+from consumers.warehouse.staging import NULL_MARK, BatchStager, StagingArea, StagingError
 from consumers.warehouse.types import (
     cast_expression,
     holds,
@@ -74,6 +75,43 @@ def test_staging_lines_follow_the_seeds_layout() -> None:
                       ["UD", "7", "2", t, "2", ""], ["UI", "7", "3", t, "3", ""]]
     # NULL is an empty unquoted field, the empty string a quoted one.
     assert seg.lines[1].endswith(',""') and seg.lines[3].endswith(",")
+
+
+def test_a_collapsed_segment_keeps_each_keys_last_operation_and_its_key_range(
+        tmp_path: Path) -> None:
+    specs = [ColumnSpec(1, "id", "INT", primary_key=True), ColumnSpec(2, "s", "VARCHAR")]
+    stager = BatchStager(separator=",", collapse=True)
+    stager.add(ThlEvent(7, 0, "src", "e", "sh", 0, data=[
+        RowChange(RowAction.INSERT, "d", "t", specs, [], [[1, "a"], [2, "b"], [9, "x"]]),
+        RowChange(RowAction.UPDATE, "d", "t", specs, specs, [[1, "a2"]], [[1, "a"]]),
+        RowChange(RowAction.UPDATE, "d", "t", specs, specs, [[5, "moved"]], [[2, "b"]]),
+        RowChange(RowAction.DELETE, "d", "t", [], specs, [], [[9, "x"]])]))
+    stager.add(ThlEvent(8, 0, "src", "e", "sh", 0, data=[
+        RowChange(RowAction.INSERT, "d", "t", specs, [], [[9, "back"]])]))
+    (seg,) = stager.segments
+    area = StagingArea(f"file://{tmp_path}", "svc", "g")
+    lines = Path(area.write(seg, 0, None)[len("file://"):]).read_text().splitlines()
+    kept = [(r[0], r[1], r[2], r[4], r[5]) for r in csv.reader(lines)]
+    # What the MERGE's "last operation per key by (seqno, row)" keeps, in THL order; a
+    # moved row's old key keeps its delete half.
+    assert kept == [("UI", "7", "4", "1", "a2"), ("UD", "7", "5", "2", "b"),
+                    ("UI", "7", "6", "5", "moved"), ("I", "8", "0", "9", "back")]
+    assert seg.collapsed and seg.rows == 4 and seg.keys_between == (1, 9)
+    # Staging files for an external loader keep every operation, and have no range.
+    every = BatchStager(separator=",")
+    every.add(ThlEvent(7, 0, "src", "e", "sh", 0, data=[
+        RowChange(RowAction.UPDATE, "d", "t", specs, specs, [[1, "a2"]], [[1, "a"]])]))
+    assert every.segments[0].rows == 2 and every.segments[0].keys_between is None
+
+
+def test_a_collapsed_segment_with_a_text_key_has_no_range() -> None:
+    specs = [ColumnSpec(1, "k", "VARCHAR", primary_key=True)]
+    stager = BatchStager(collapse=True)
+    stager.add(ThlEvent(1, 0, "s", "e", "", 0, data=[
+        RowChange(RowAction.INSERT, "d", "t", specs, [], [["a"], ["b"]]),
+        RowChange(RowAction.DELETE, "d", "t", [], specs, [], [["a"]])]))
+    (seg,) = stager.segments
+    assert seg.rows == 2 and seg.collapsed and seg.keys_between is None
 
 
 def test_a_first_provisioned_chunk_starts_a_truncating_segment() -> None:
