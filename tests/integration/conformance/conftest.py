@@ -64,7 +64,7 @@ class Conformance:
             extractor=extractor_section(self.name, self.schema, 8000, 1000,
                                         {"batch_ms": 20, **extractor}),
             consumers={GROUP: {"target": self.kind.target(self.name),
-                               "block_commit_ms": 100, **(group or {})}})
+                               "block_commit_ms": self.kind.block_ms, **(group or {})}})
 
     # -- the source -------------------------------------------------------------------------
 

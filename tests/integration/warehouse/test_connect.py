@@ -51,6 +51,7 @@ def remote(crafted: CraftedThl, spark_connect: SparkConnect) -> Iterator[Crafted
     _PROCS.clear()
 
 
+@pytest.mark.slow
 def test_a_group_on_spark_connect_is_exact_through_crashes_and_kills(
         remote: CraftedThl) -> None:
     svc = remote

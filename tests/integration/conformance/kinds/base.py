@@ -39,6 +39,8 @@ class Kind(abc.ABC):
     zero_dates_kept: bool = False
     #: Extra seconds a spawned trep-run needs before it applies (a Spark JVM to start).
     startup_s: float = 0.0
+    #: How long a block of the group stays open (``block_commit_ms``).
+    block_ms: int = 100
     #: The target replays DDL statements (MySQL family): a dropped table goes in every
     #: ``schema_changes`` mode but ``exception``.
     replays_ddl: bool = False

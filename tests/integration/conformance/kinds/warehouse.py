@@ -54,6 +54,8 @@ class WarehouseKind(Kind):
     replay_safe = True
     #: A spawned trep-run opens a Connect session (seconds), but 2 busy cores are slow.
     startup_s = 120.0
+    #: A MERGE per table per block costs seconds of Spark: fewer, larger blocks.
+    block_ms = 1000
 
     def __init__(self, servers: dict[str, Service]) -> None:
         super().__init__(servers)
