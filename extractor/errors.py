@@ -32,6 +32,12 @@ class ThlCommitUnknown(ExtractorError):
     is read again by a new producer."""
 
 
+class SameServerId(ExtractorError):
+    """The source already serves a binlog client with this extractor's ``server_id``: this
+    extractor's own connection from before a restart, which the server drops within
+    seconds, or another replica or extractor that must be given another ``server_id``."""
+
+
 class LeaderLost(ExtractorError, LockLost):
     """This instance no longer holds the service's leader lock (its ZooKeeper session
     expired, or a standby took over and fenced it): wait as standby and lead again."""
@@ -39,7 +45,7 @@ class LeaderLost(ExtractorError, LockLost):
 
 def is_transient(exc: BaseException) -> bool:
     """True when starting again from the THL tail may succeed: the source or Kafka is down."""
-    if isinstance(exc, (ThlCommitUnknown, ThlUnavailable, KazooException)):
+    if isinstance(exc, (ThlCommitUnknown, ThlUnavailable, KazooException, SameServerId)):
         # ZooKeeper away while the THL is empty (its mirror is the last resort position).
         return True
     if isinstance(exc, KafkaException):

@@ -44,6 +44,7 @@ from extractor.errors import (
     BinlogPurgedError,
     ExtractorError,
     LeaderLost,
+    SameServerId,
     ThlCommitUnknown,
     is_transient,
 )
@@ -88,6 +89,8 @@ _EVENTS = [MariadbGtidEvent, QueryEvent, XidEvent, XAPrepareEvent, WriteRowsEven
 ACCESS_CHECK_S = 15.0
 #: MySQL error 1236: the requested binlog file or position is not on the server.
 _ER_MASTER_FATAL_READING_BINLOG = 1236
+#: MariaDB's ER_SLAVE_SAME_ID: a binlog dump with this server_id is still connected.
+_ER_SLAVE_SAME_ID = 4052
 
 
 class Extractor:
@@ -343,6 +346,13 @@ class Extractor:
                 yield event, BinlogPosition(stream.log_file, stream.log_pos)
         except pymysql.err.OperationalError as exc:
             code = exc.args[0] if exc.args else None
+            if code == _ER_SLAVE_SAME_ID:
+                raise SameServerId(
+                    f"the source already has a binlog client with server_id "
+                    f"{self.cfg.server_id}: this extractor's connection from before its "
+                    "restart (the server drops it within seconds), or another replica or "
+                    "extractor with the same server_id, which needs a server_id of its own "
+                    f"({exc.args[1] if len(exc.args) > 1 else exc})") from exc
             if code == _ER_MASTER_FATAL_READING_BINLOG:
                 at = self._resume_at
                 raise BinlogPurgedError(

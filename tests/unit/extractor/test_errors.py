@@ -7,7 +7,13 @@ import pytest
 import sqlalchemy.exc as sa_exc
 from confluent_kafka import KafkaError, KafkaException
 
-from extractor.errors import BinlogPurgedError, ExtractorError, ThlCommitUnknown, is_transient
+from extractor.errors import (
+    BinlogPurgedError,
+    ExtractorError,
+    SameServerId,
+    ThlCommitUnknown,
+    is_transient,
+)
 from thl_topics.errors import ThlDecodeError, ThlError, ThlUnavailable, is_passing
 from thl_topics.producer import ProducerFenced
 
@@ -23,6 +29,8 @@ def _db(code: int, message: str = "x") -> sa_exc.OperationalError:
     pymysql.err.InterfaceError(0, ""),
     _db(2006, "MySQL server has gone away"),
     ThlCommitUnknown("commit timed out"),
+    # The dump thread of this extractor's connection from before a restart (CI, 2026-11-28).
+    SameServerId("the source already has a binlog client with server_id 1001"),
     ThlUnavailable("no answer from Kafka within 5 s"),
     KafkaException(KafkaError(KafkaError._TRANSPORT)),
     KafkaException(KafkaError(KafkaError._TIMED_OUT)),
@@ -51,3 +59,27 @@ def test_kafka_says_which_errors_pass() -> None:
     assert is_passing(KafkaError(KafkaError._ALL_BROKERS_DOWN))
     assert is_passing(KafkaError(KafkaError.NOT_COORDINATOR, retriable=True))
     assert not is_passing(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+
+
+def test_a_dump_refused_for_a_server_id_in_use_is_retried_and_names_it() -> None:
+    """MariaDB's error 4052 while the binlog is read becomes ``SameServerId``: retried (the
+    server drops this extractor's connection from before a restart within seconds), with
+    the server_id in the message for the case of another client using it."""
+    from extractor.config import ExtractorConfig
+    from extractor.service import Extractor
+
+    class Refused:
+        log_file, log_pos = "mariadb-bin.000001", 4
+
+        def __iter__(self) -> Refused:
+            return self
+
+        def __next__(self) -> object:
+            raise pymysql.err.OperationalError(
+                4052, "A slave with the same server_uuid/server_id is already connected")
+
+    extractor = Extractor.__new__(Extractor)
+    extractor.cfg = ExtractorConfig(server_id=4242)
+    with pytest.raises(SameServerId, match="binlog client with server_id 4242") as caught:
+        next(extractor._events(Refused()))
+    assert is_transient(caught.value)
