@@ -218,6 +218,7 @@ class SqlApplier:
     def apply(self, event: ThlEvent) -> None:
         chunk = chunk_of(event)
         loose = idempotent_tables(event)
+        self._batches.seqno = event.seqno
         for item in event.data:
             if isinstance(item, RowChange):
                 if chunk is not None and chunk.first and event.fragno == 0 and \

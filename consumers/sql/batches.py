@@ -169,7 +169,8 @@ class BatchWriter:
         self.seqno = -1
         #: Row changes of the open block collapsed so far.
         self.collapsed_rows = 0
-        #: Set-based blocks refused by the target since the process started.
+        #: Set-based blocks refused by the target, not yet counted in the metrics (the
+        #: block's rollback counts them).
         self.refused = 0
         #: Blocks up to this seqno are applied in order: a set-based try of them failed.
         self.ordered_through = -1
@@ -210,7 +211,10 @@ class BatchWriter:
                  ) -> int:
         """Collapse a row change's rows into its table's net effects by primary key
         (``key``: its columns, in order); how many rows were taken (the rest, from the
-        first one that cannot be collapsed, go in order)."""
+        first one that cannot be collapsed, go in order; all of them where a value is
+        bound by the driver, not rendered)."""
+        if _holds_large_value(Batch(target, action, columns, keys, params)):
+            return 0
         self.close_batch()
         table = (target.qualified, id(target))
         held = self.collapsed.get(table)

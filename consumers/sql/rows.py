@@ -19,7 +19,7 @@ from sqlalchemy import exc as sa_exc
 
 from consumers.errors import DataError
 from consumers.metrics import ConsumerMetrics
-from consumers.sql.batches import LARGE_VALUE_BYTES, Batch, BatchWriter
+from consumers.sql.batches import Batch, BatchWriter
 from consumers.sql.context import TargetContext
 from consumers.sql.statements import TargetTable, bind_rows
 from consumers.sql.tables import TargetTables
@@ -58,9 +58,8 @@ class RowWriter:
         self._adapters.clear()
 
     def new_block(self) -> None:
-        """A block begins: nothing changed by the policy yet, nothing collapsed."""
+        """A block begins: nothing changed by the policy yet."""
         self._changed.clear()
-        self._batches.collapsed_rows = 0
 
     def drop_changes(self) -> None:
         """The block is rolled back: what the policy changed in it never happened."""
@@ -107,10 +106,9 @@ class RowWriter:
             self._idempotent(target, change, after, before)
             return
         params = bind_rows(change.action, after, before, change.key_specs)
-        self._batches.seqno = event.seqno
         key = self._tables.collapsible(target, change.column_specs, change.key_specs) \
             if not idempotent and self._batches.collapsing() else None
-        if key is not None and not _large(change.column_specs, after):
+        if key is not None:
             taken = self._batches.collapse(target, key, change.action, change.column_specs,
                                            change.key_specs, params)
             if taken == len(params):
@@ -173,13 +171,6 @@ class RowWriter:
                 log.warning("%s: %s.%s: %d %s in the block up to seqno %d (policy of this "
                             "target; counted in trep_values_changed_total{kind=\"%s\"})",
                             self.ctx.target, table, column, count, what, seqno, kind)
-
-
-def _large(specs: Sequence[ColumnSpec], rows: list[list[object]]) -> bool:
-    """A value of the rows is bound by the driver, not rendered (``LARGE_VALUE_BYTES``)."""
-    columns = [i for i, c in enumerate(specs) if c.blob or c.type.upper() == "JSON"]
-    return any(isinstance(row[i], (bytes, str)) and len(row[i]) > LARGE_VALUE_BYTES  # type: ignore[arg-type]
-               for row in rows for i in columns)
 
 
 def _image_specs(change: RowChange) -> list[ColumnSpec]:

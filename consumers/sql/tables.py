@@ -137,13 +137,7 @@ class TargetTables:
         if (schema, table) in self._trigger_checked or self.ctx.dialect == "oracle":
             return
         self._trigger_checked.add((schema, table))
-        try:
-            found = self.ctx.db.execute(sa.text(
-                "SELECT trigger_name, action_timing, event_manipulation FROM "
-                "information_schema.triggers WHERE event_object_schema = :s AND "
-                "event_object_table = :t ORDER BY trigger_name"), {"s": schema, "t": table}).all()
-        except sa_exc.DBAPIError as exc:
-            raise self.ctx.classify(exc, f"reading the triggers of {schema}.{table}") from exc
+        found = self._triggers(schema, table)
         self.metrics.target_triggers(f"{schema}.{table}", [
             f"{name} ({timing} {event})" for name, timing, event in found])
         for name, timing, event in found:
@@ -194,14 +188,20 @@ class TargetTables:
                       if i.get("unique")}
             unique |= {names(u["column_names"]) for u in
                        inspector.get_unique_constraints(name, schema=schema)}
-            triggers = self.ctx.db.execute(sa.text(
-                "SELECT COUNT(*) FROM information_schema.triggers WHERE event_object_schema = "
-                ":s AND event_object_table = :t"), {"s": found.schema, "t": found.name}
-            ).scalar_one()
         except sa_exc.DBAPIError as exc:
             raise self.ctx.classify(exc, f"reading the keys of {found.qualified}") from exc
         return SetShape(key, tuple(sorted(u for u in unique if set(u) != set(key))),
-                        bool(triggers))
+                        bool(self._triggers(found.schema or "", found.name)))
+
+    def _triggers(self, schema: str, table: str) -> list[sa.Row[tuple[str, str, str]]]:
+        """The triggers of a target table: name, timing, event."""
+        try:
+            return list(self.ctx.db.execute(sa.text(
+                "SELECT trigger_name, action_timing, event_manipulation FROM "
+                "information_schema.triggers WHERE event_object_schema = :s AND "
+                "event_object_table = :t ORDER BY trigger_name"), {"s": schema, "t": table}))
+        except sa_exc.DBAPIError as exc:
+            raise self.ctx.classify(exc, f"reading the triggers of {schema}.{table}") from exc
 
     def reflect(self, schema: str, table: str, aliases: dict[str, str] | None = None
                 ) -> TargetTable | None:
