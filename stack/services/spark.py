@@ -149,13 +149,24 @@ def prepare_env() -> Path:
     return spark_dir
 
 
-def base_conf(warehouse: Path | None = None) -> dict[str, str]:
+#: JVM flags of the stack's Spark (tests, demo): its JVMs run short jobs on small data on 2
+#: cores, where C2's compiler threads took 30-45% of each JVM's CPU and G1's concurrent
+#: threads compete with the other servers. C1 alone and the serial collector halved the CPU
+#: of the warehouse tests (tests/integration/warehouse/test_apply.py: 283-411 -> 146-172
+#: CPU seconds, 149-211 -> 80-97 s). Not for a long-lived production driver: C2's code is
+#: faster once compiled, so benchmarks ask for ``quick_jvm=False``.
+QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def base_conf(warehouse: Path | None = None, *, quick_jvm: bool = True) -> dict[str, str]:
     """Spark settings of the local stack: Delta, the pre-fetched jars, 2 GiB, no UI, small
-    shuffles, 127.0.0.1, Spark's log in ``.run/spark/spark.log``."""
+    shuffles, 127.0.0.1, Spark's log in ``.run/spark/spark.log``, :data:`QUICK_JVM`."""
     svc = Spark()
     spark_dir = prepare_env()
     java_opts = (f"-Dlog4j.configurationFile={spark_dir / 'log4j2.properties'} "
                  f"-Dderby.system.home={spark_dir / 'derby'}")
+    if quick_jvm:
+        java_opts += " " + QUICK_JVM
     return {
         "spark.jars": ",".join(str(j) for j in svc.jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -176,9 +187,10 @@ def base_conf(warehouse: Path | None = None) -> dict[str, str]:
     }
 
 
-def warehouse_spark(master: str = "local[2]", **extra: str) -> dict[str, object]:
+def warehouse_spark(master: str = "local[2]", *, quick_jvm: bool = True,
+                    **extra: str) -> dict[str, object]:
     """The ``spark:`` section of a warehouse target on the local stack."""
-    return {"master": master, "conf": {**base_conf(), **extra}}
+    return {"master": master, "conf": {**base_conf(quick_jvm=quick_jvm), **extra}}
 
 
 def session(app_name: str, warehouse: Path | None = None) -> SparkSession:
