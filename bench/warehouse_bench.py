@@ -188,6 +188,12 @@ def merge_bench(sizes: Sizes, spark: Any, base: Path, collapse: bool) -> dict[st
             "final_rows": count, "batches": results}
 
 
+def _spark() -> dict[str, object]:
+    """The stack's Spark settings with the JVM's own JIT (C2), as a production driver has
+    it: the stack's quick JVM flags suit short test runs, not a measurement."""
+    return warehouse_spark("local[2]", quick_jvm=False)
+
+
 def e2e_bench(sizes: Sizes, base: Path, collapse: bool) -> dict[str, Any]:
     """THL events into a fresh topic, applied by a warehouse group in this process."""
     from stack.services.kafka import Kafka
@@ -203,7 +209,7 @@ def e2e_bench(sizes: Sizes, base: Path, collapse: bool) -> dict[str, Any]:
         "zookeeper": {"hosts": f"127.0.0.1:{port('zookeeper')}"},
         "source": {"host": "127.0.0.1", "port": 1, "user": "root", "password": ""},
         "consumers": {"w": {"target": {"type": "warehouse", "location": str(base / name),
-                                       "spark": warehouse_spark("local[2]", quick_jvm=False),
+                                       "spark": _spark(),
                                        # Kept files hold every operation: not collapsed.
                                        "keep_staging": not collapse},
                             "block_commit_rows": sizes.e2e_block_rows,
@@ -257,9 +263,7 @@ def main(base_rows: int, batch_rows: int, batches: int, e2e_rows: int, e2e_block
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(parents=True)
     # The applier's own session settings (consumers/warehouse/session.py), on local[2].
-    # C2 kept, as a production driver has it.
-    settings = warehouse_spark("local[2]", quick_jvm=False)
-    spark = spark_sessions.acquire(SparkSettings.model_validate(settings))
+    spark = spark_sessions.acquire(SparkSettings.model_validate(_spark()))
     out: dict[str, Any] = {"spark": "local[2]", "collapse": collapse,
                            "merge": merge_bench(sizes, spark, base, collapse)}
     if not skip_e2e:

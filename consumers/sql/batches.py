@@ -213,7 +213,7 @@ class BatchWriter:
         (``key``: its columns, in order); how many rows were taken (the rest, from the
         first one that cannot be collapsed, go in order; all of them where a value is
         bound by the driver, not rendered)."""
-        if _holds_large_value(Batch(target, action, columns, keys, params)):
+        if _holds_large_value(columns, keys, params):
             return 0
         self.close_batch()
         table = (target.qualified, id(target))
@@ -318,7 +318,7 @@ class BatchWriter:
 
     def execute(self, batch: Batch, check: bool = True) -> None:
         """One executemany; ``check``: an UPDATE or DELETE must match every row."""
-        if self.multi and not _holds_large_value(batch):
+        if self.multi and not _holds_large_value(batch.columns, batch.keys, batch.params):
             self._queue(batch, check)
             return
         if self.multi:
@@ -528,12 +528,13 @@ def _joined(rows: Iterable[str]) -> Iterator[str]:
         yield ",".join(parts)
 
 
-def _holds_large_value(batch: Batch) -> bool:
-    """True if a row of the batch has a value above LARGE_VALUE_BYTES (only tables with a
+def _holds_large_value(columns: list[ColumnSpec], keys: list[ColumnSpec],
+                       rows: list[dict[str, object]]) -> bool:
+    """True if one of ``rows`` has a value above LARGE_VALUE_BYTES (only tables with a
     BLOB, TEXT or JSON column are looked into: other columns hold 64 KiB at most)."""
-    if not any(c.blob or c.type.upper() == "JSON" for c in (*batch.columns, *batch.keys)):
+    if not any(c.blob or c.type.upper() == "JSON" for c in (*columns, *keys)):
         return False
-    for params in batch.params:
+    for params in rows:
         for value in params.values():
             if isinstance(value, (bytes, str)) and len(value) > LARGE_VALUE_BYTES:
                 return True
