@@ -202,8 +202,8 @@ def _diff(name: str, src: list[Any], tgt: list[Any]) -> str:
     return f"{name}: equal?"
 
 
-#: The test that takes the kind's server down (``Kind.down``) for thirty seconds.
-TARGET_DOWN = "test_target_down_for_thirty_seconds_under_load"
+#: The test that takes the kind's server down (``Kind.down``) for a while.
+TARGET_DOWN = "test_target_down_under_load"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
