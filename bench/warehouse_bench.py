@@ -189,9 +189,10 @@ def merge_bench(sizes: Sizes, spark: Any, base: Path, collapse: bool) -> dict[st
 
 
 def _spark() -> dict[str, object]:
-    """The stack's Spark settings with the JVM's own JIT (C2), as a production driver has
-    it: the stack's quick JVM flags suit short test runs, not a measurement."""
-    return warehouse_spark("local[2]", quick_jvm=False)
+    """The stack's Spark settings with the JVM's own JIT (C2) and Spark's code generation,
+    as a production driver has them: the stack's quick JVM flags and interpreted SQL suit
+    short test runs on small blocks, not a measurement."""
+    return warehouse_spark("local[2]", quick_jvm=False, interpreted=False)
 
 
 def e2e_bench(sizes: Sizes, base: Path, collapse: bool) -> dict[str, Any]:

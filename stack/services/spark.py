@@ -157,10 +157,24 @@ def prepare_env() -> Path:
 #: faster once compiled, so benchmarks ask for ``quick_jvm=False``.
 QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
+#: SQL settings of the stack's Spark (tests, demo): its blocks are a few rows of tables of
+#: many shapes, so Spark generated and compiled Java for nearly every query. A JFR profile
+#: of the Connect server over two warehouse conformance tests had 36% of its CPU samples in
+#: code generation (janino, the class lookups janino makes, the regex that strips comments
+#: from the generated source before the cache lookup). Interpreted, six warehouse
+#: conformance tests on the Connect server took 117 s / 102 CPU s against 138-140 s /
+#: 126-131 CPU s. Results are the same either way (Spark tests both modes); a production
+#: driver, whose blocks are thousands of rows of the same tables, keeps code generation,
+#: and so do the benchmarks (``interpreted=False``).
+INTERPRETED = {"spark.sql.codegen.wholeStage": "false",
+               "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
-def base_conf(warehouse: Path | None = None, *, quick_jvm: bool = True) -> dict[str, str]:
+
+def base_conf(warehouse: Path | None = None, *, quick_jvm: bool = True,
+              interpreted: bool = True) -> dict[str, str]:
     """Spark settings of the local stack: Delta, the pre-fetched jars, 2 GiB, no UI, small
-    shuffles, 127.0.0.1, Spark's log in ``.run/spark/spark.log``, :data:`QUICK_JVM`."""
+    shuffles, 127.0.0.1, Spark's log in ``.run/spark/spark.log``, :data:`QUICK_JVM` and
+    :data:`INTERPRETED` unless asked not to."""
     svc = Spark()
     spark_dir = prepare_env()
     java_opts = (f"-Dlog4j.configurationFile={spark_dir / 'log4j2.properties'} "
@@ -184,13 +198,15 @@ def base_conf(warehouse: Path | None = None, *, quick_jvm: bool = True) -> dict[
         "spark.default.parallelism": "2",
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.sql.warehouse.dir": str(warehouse or spark_dir / "warehouse"),
+        **(INTERPRETED if interpreted else {}),
     }
 
 
 def warehouse_spark(master: str = "local[2]", *, quick_jvm: bool = True,
-                    **extra: str) -> dict[str, object]:
+                    interpreted: bool = True, **extra: str) -> dict[str, object]:
     """The ``spark:`` section of a warehouse target on the local stack."""
-    return {"master": master, "conf": {**base_conf(quick_jvm=quick_jvm), **extra}}
+    return {"master": master,
+            "conf": {**base_conf(quick_jvm=quick_jvm, interpreted=interpreted), **extra}}
 
 
 def session(app_name: str, warehouse: Path | None = None) -> SparkSession:

@@ -47,6 +47,7 @@ class SparkConnect(Service):
     def launch(self) -> None:
         # C2 kept: one JVM runs every group's MERGEs for the whole session. Six warehouse
         # conformance tests one after another: 165 s with C2, 189-200 s with C1 only.
+        # SQL interpreted (spark.INTERPRETED): the stack's groups apply small blocks.
         conf = {**base_conf(self.dir / "warehouse", quick_jvm=False),
                 "spark.connect.grpc.binding.address": HOST,
                 "spark.connect.grpc.binding.port": str(self.port),
