@@ -15,10 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import click
-import sqlalchemy as sa
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from replicator.check_report import CheckBusy, Report, check_report, start_check
 from replicator.control import (
@@ -31,9 +29,7 @@ from replicator.control import (
 )
 from replicator.control import services as list_services
 from replicator.requests import CheckRequest, ProvisionRequest, read_request, write_request
-from replicator.source import source_engine
 from replicator.state import State
-from replicator.tracking import CommitSeqnoTable, tracking_metadata
 from replicator.zk import connect
 from trep.config import ConfigError, ServiceConfig, load_config
 
@@ -258,6 +254,12 @@ def reset(ctx: Ctx, group: str | None, yes: bool, timeout: float) -> None:
 @click.pass_obj
 def heartbeat(ctx: Ctx, name: str) -> None:
     """Write the source heartbeat table; the row travels through the THL to every target."""
+    # Here, not at the top: every trepctl command would pay for importing SQLAlchemy.
+    import sqlalchemy as sa
+
+    from replicator.source import source_engine
+    from replicator.tracking import CommitSeqnoTable, tracking_metadata
+
     engine = source_engine(ctx.cfg.source)
     try:
         table = tracking_metadata(ctx.cfg.tracking_schema).tables[
@@ -310,6 +312,8 @@ def provision(ctx: Ctx, schemas: tuple[str, ...], tables: tuple[str, ...], no_wa
 
 def _follow(ctx: Ctx, request_id: str, timeout: float) -> None:
     """Progress of a provisioning until it is done: a bar in a terminal, lines otherwise."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
     deadline = time.monotonic() + timeout if timeout else None
     started = time.monotonic()
     tty = sys.stdout.isatty()

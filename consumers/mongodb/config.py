@@ -19,8 +19,6 @@ from fnmatch import fnmatchcase
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
-from pymongo.errors import ConfigurationError, InvalidURI
-from pymongo.uri_parser import parse_uri
 
 from consumers.naming import NamePolicy, check_template
 
@@ -89,6 +87,10 @@ class MongoTarget(BaseModel):
         if not value.startswith("mongodb://"):
             raise ValueError("a MongoDB connection string starts with mongodb:// or "
                              "mongodb+srv://")
+        # Only a config with a MongoDB target pays for importing pymongo.
+        from pymongo.errors import ConfigurationError, InvalidURI
+        from pymongo.uri_parser import parse_uri
+
         try:
             parse_uri(value)
         except (InvalidURI, ConfigurationError, ValueError) as exc:
