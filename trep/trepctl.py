@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import sqlalchemy as sa
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
@@ -29,7 +30,9 @@ from replicator.control import (
 )
 from replicator.control import services as list_services
 from replicator.requests import CheckRequest, ProvisionRequest, read_request, write_request
+from replicator.source import source_engine
 from replicator.state import State
+from replicator.tracking import CommitSeqnoTable, tracking_metadata
 from replicator.zk import connect
 from trep.config import ConfigError, ServiceConfig, load_config
 
@@ -254,12 +257,6 @@ def reset(ctx: Ctx, group: str | None, yes: bool, timeout: float) -> None:
 @click.pass_obj
 def heartbeat(ctx: Ctx, name: str) -> None:
     """Write the source heartbeat table; the row travels through the THL to every target."""
-    # Here, not at the top: every trepctl command would pay for importing SQLAlchemy.
-    import sqlalchemy as sa
-
-    from replicator.source import source_engine
-    from replicator.tracking import CommitSeqnoTable, tracking_metadata
-
     engine = source_engine(ctx.cfg.source)
     try:
         table = tracking_metadata(ctx.cfg.tracking_schema).tables[
