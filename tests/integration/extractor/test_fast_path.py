@@ -137,13 +137,13 @@ def test_fast_path_equals_the_reference_on_the_type_matrix(mariadb_source: Maria
     _sql(source, f"ALTER TABLE {schema}.types DROP COLUMN txt, RENAME COLUMN vc TO vc2")
     _sql(source, f"DELETE FROM {schema}.types WHERE id IN (1, 3)")
     end = _position(source)
-    hits, decoded = table_map_cache.Stats.hits, row_decoder.Stats.decoded
-    referred = row_decoder.Stats.referred
+    hits = table_map_cache.Stats.hits
     reference, fast = _both_ways(source, schema, start, end)
     assert table_map_cache.Stats.hits > hits, "the cache served no table map"
-    # Every rows event of the type matrix was decoded by the fast path, none referred.
-    assert row_decoder.Stats.decoded - decoded >= 4 + 12 + 3
-    assert row_decoder.Stats.referred == referred
+    # Every rows event of the type matrix was decoded by the fast path, none referred (the
+    # counts are this schema's: other tests write to the same server meanwhile).
+    assert row_decoder.Stats.decoded[schema] >= 4 + 12 + 3
+    assert row_decoder.Stats.referred[schema] == 0
     fast_rows = _assert_equal_rows(reference, fast)
     # 4 inserts; 12 + 4 + 1 updates (after and before images); 2 deletes.
     assert len(fast_rows) == 4 + (12 + 4 + 1) * 2 + 2
@@ -177,9 +177,8 @@ def test_rows_decoder_leaves_what_it_does_not_read_to_the_reference(
          f"DELETE FROM {schema}.latin WHERE id > 390",
          f"DELETE FROM {schema}.geo WHERE id = 2")
     end = _position(source)
-    decoded, referred = row_decoder.Stats.decoded, row_decoder.Stats.referred
     reference, fast = _both_ways(source, schema, start, end)
-    assert row_decoder.Stats.decoded > decoded, "the decoder took no rows event"
-    assert row_decoder.Stats.referred - referred >= 5, "geo and wide were not referred"
+    assert row_decoder.Stats.decoded[schema] > 0, "the decoder took no rows event"
+    assert row_decoder.Stats.referred[schema] >= 5, "geo and wide were not referred"
     fast_rows = _assert_equal_rows(reference, fast)
     assert len(fast_rows) == 400 + 57 * 2 + 2 + 2 + 1 * 2 + 2 * 2 + 10 + 1
