@@ -49,6 +49,13 @@ _DEFAULT_PORTS = {
     # keeps its binlog, so their services keep valid positions).
     "mariadb-bench-source": 13309,
     "debezium-rest": 18083,
+    # Test-only, started by the few tests that stop or purge a server under a running
+    # service (source down, binlogs purged, Kafka down, ZooKeeper down): on their own servers
+    # those tests run beside the rest of the suite instead of holding every test back.
+    "mariadb-scratch": 13310,
+    "kafka-scratch": 19095,
+    "kafka-scratch-controller": 19096,
+    "zookeeper-scratch": 12182,
 }
 
 

@@ -24,11 +24,17 @@ _FACTORIES: dict[str, str] = {
     "spark-connect": "stack.services.spark_connect:service",
     "apicurio": "stack.services.apicurio:service",
     "spark-standalone": "stack.services.spark_standalone:service",
+    "mariadb-scratch": "stack.services.mariadb:scratch",
+    "zookeeper-scratch": "stack.services.zookeeper:scratch",
+    "kafka-scratch": "stack.services.kafka:scratch",
 }
 
 NAMES: tuple[str, ...] = tuple(_FACTORIES)
+#: Second servers of the tests that stop or purge one under a running service (test-only:
+#: not in docker-compose.yml, where no test runs).
+SCRATCH: tuple[str, ...] = ("mariadb-scratch", "zookeeper-scratch", "kafka-scratch")
 #: Started only when named (by the test that needs them), never by a bare ``stack up``.
-ON_DEMAND: tuple[str, ...] = ("spark-standalone", "spark-connect")
+ON_DEMAND: tuple[str, ...] = ("spark-standalone", "spark-connect", *SCRATCH)
 
 
 def get(name: str) -> Service:

@@ -58,18 +58,20 @@ class Kafka(TcpService):
     created through the admin API (``alter_user_scram_credentials``) by whoever needs one.
     """
 
-    name = "kafka"
     start_timeout = 120.0
+
+    def __init__(self, name: str = "kafka") -> None:
+        self.name = name
 
     @property
     def controller_port(self) -> int:
-        return port("kafka-controller")
+        return port(f"{self.name}-controller")
 
     @property
     def sasl_port(self) -> int:
         """``TREP_KAFKA_SASL_PORT``, else the client port + 2 (19094 by default), so two
         stacks with their own ``TREP_KAFKA_PORT`` never collide on it."""
-        explicit = os.environ.get("TREP_KAFKA_SASL_PORT")
+        explicit = os.environ.get(f"TREP_{self.name.upper().replace('-', '_')}_SASL_PORT")
         return int(explicit) if explicit else self.port + 2
 
     @property
@@ -212,3 +214,8 @@ class Kafka(TcpService):
 def service() -> Kafka:
     """The local Kafka broker."""
     return Kafka()
+
+
+def scratch() -> Kafka:
+    """A second broker, for the test that stops Kafka under a running service."""
+    return Kafka("kafka-scratch")

@@ -111,6 +111,11 @@ def bench_source() -> MariaDB:
     return MariaDB("mariadb-bench-source", server_id=4, binlog=True)
 
 
+def scratch() -> MariaDB:
+    """A source configured as ``source()`` for the tests that stop it or purge its binlog."""
+    return MariaDB("mariadb-scratch", server_id=5, binlog=True)
+
+
 def target() -> MariaDB:
     """The MariaDB target of the SQL applier."""
     return MariaDB("mariadb-target", server_id=2, binlog=False)

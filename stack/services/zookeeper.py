@@ -26,8 +26,10 @@ LOGBACK = """\
 class ZooKeeper(TcpService):
     """``ZooKeeperServerMain`` with the admin server off (it would take port 8080)."""
 
-    name = "zookeeper"
     start_timeout = 60.0
+
+    def __init__(self, name: str = "zookeeper") -> None:
+        self.name = name
 
     def _classpath(self) -> str:
         jars = maven_runtime_jars(
@@ -92,3 +94,8 @@ class ZooKeeper(TcpService):
 def service() -> ZooKeeper:
     """The local ZooKeeper server."""
     return ZooKeeper()
+
+
+def scratch() -> ZooKeeper:
+    """A second server, for the test that stops ZooKeeper under a running service."""
+    return ZooKeeper("zookeeper-scratch")

@@ -175,6 +175,24 @@ def spark_standalone() -> Any:
     return _serve("spark-standalone")
 
 
+# The tests that stop a source, Kafka or ZooKeeper (or purge the binlog) under a running
+# service do it to a second server of their own: on the shared one they ran alone, the
+# other workers idle (about 160 s of every run, 2026-11-28).
+@pytest.fixture(scope="session")
+def mariadb_scratch() -> Any:
+    return _serve("mariadb-scratch")
+
+
+@pytest.fixture(scope="session")
+def zookeeper_scratch() -> Any:
+    return _serve("zookeeper-scratch")
+
+
+@pytest.fixture(scope="session")
+def kafka_scratch() -> Any:
+    return _serve("kafka-scratch")
+
+
 @pytest.fixture
 def unused_port() -> int:
     """A TCP port nothing listens on at the moment (for a metrics endpoint)."""

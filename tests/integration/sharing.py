@@ -54,7 +54,8 @@ def starting() -> contextlib.AbstractContextManager[None]:
 CORE = frozenset({"zookeeper", "kafka", "kafka_sasl", "mariadb_source"})
 #: Server fixtures with a gate of their own (a test taking one down waits for its users).
 SERVERS = frozenset({"mariadb_target", "postgresql", "elasticsearch", "ferretdb", "spark",
-                     "apicurio", "spark_standalone", "spark_connect"})
+                     "apicurio", "spark_standalone", "spark_connect", "mariadb_scratch",
+                     "zookeeper_scratch", "kafka_scratch"})
 
 
 def _pending(lock: str = "gate") -> Path:

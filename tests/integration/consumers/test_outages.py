@@ -1,8 +1,8 @@
 """The source, Kafka or the process itself away under a running service: everything waits,
 retries and converges.
 
-The source and Kafka tests restart a shared server of the session; each restores it in
-``finally``.
+The source, Kafka and ZooKeeper tests stop a second server of the session (``*_scratch``)
+that only they use, and restore it in ``finally``: the rest of the suite runs beside them.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import re
 import signal
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,9 +20,13 @@ import yaml
 
 from replicator.control import ComponentNodes
 from stack import services
+from stack.service import Service
+from stack.services.mariadb import MariaDB
+from stack.services.postgresql import PostgreSQL
 from thl_topics.event import RowChange
 from thl_topics.reader import ThlReader
 
+from ..harness.cleanup import made
 from ..soak import outage_s
 from .conftest import Replication
 from .tables import (
@@ -65,16 +70,46 @@ def _assert_thl_exact(rep: Replication) -> int:
     return len(seqnos)
 
 
-@pytest.mark.exclusive  # takes a shared server down
+def _on(tmp_path: Path, source: MariaDB, target: MariaDB, pg: PostgreSQL, kafka: Service,
+        zookeeper: Service) -> Iterator[Replication]:
+    """A fixture's body: one replication on these servers, cleaned up after the test."""
+    for make in made(lambda: Replication(tmp_path, source, target, pg, kafka, zookeeper)):
+        yield make()
+
+
+@pytest.fixture
+def on_scratch_source(tmp_path: Path, mariadb_scratch: MariaDB, mariadb_target: MariaDB,
+                      postgresql: PostgreSQL, kafka: Service, zookeeper: Service
+                      ) -> Iterator[Replication]:
+    yield from _on(tmp_path, mariadb_scratch, mariadb_target, postgresql, kafka, zookeeper)
+
+
+@pytest.fixture
+def on_scratch_kafka(tmp_path: Path, mariadb_source: MariaDB, mariadb_target: MariaDB,
+                     postgresql: PostgreSQL, kafka_scratch: Service, zookeeper: Service
+                     ) -> Iterator[Replication]:
+    yield from _on(tmp_path, mariadb_source, mariadb_target, postgresql, kafka_scratch,
+                   zookeeper)
+
+
+@pytest.fixture
+def on_scratch_zookeeper(tmp_path: Path, mariadb_source: MariaDB, mariadb_target: MariaDB,
+                         postgresql: PostgreSQL, kafka: Service, zookeeper_scratch: Service
+                         ) -> Iterator[Replication]:
+    yield from _on(tmp_path, mariadb_source, mariadb_target, postgresql, kafka,
+                   zookeeper_scratch)
+
+
+@pytest.mark.exclusive("mariadb_scratch")  # stops its source
 def test_source_down_extractor_starts_again_from_the_thl_tail(
-        replication: Replication) -> None:
-    rep = replication
+        on_scratch_source: Replication) -> None:
+    rep = on_scratch_source
     rep.start()
     assert rep.runner is not None and rep.runner.extractor is not None
     extractor = rep.runner.extractor
     create_tables(rep, (ACCOUNTS_MYSQL, ACCOUNTS_PG), (NOPK_MYSQL, NOPK_PG))
     work = MixedWorkload(rep.source.port, rep.schema, seed=41)
-    source = services.get("mariadb-source")
+    source = services.get("mariadb-scratch")
     work.start()
     try:
         time.sleep(3)
@@ -101,10 +136,10 @@ def test_source_down_extractor_starts_again_from_the_thl_tail(
     assert compare(rep, "accounts", ACCOUNTS_NAMES, "id") > 10
 
 
-@pytest.mark.exclusive  # takes a shared server down
+@pytest.mark.exclusive("kafka_scratch")  # stops its broker
 def test_kafka_down_under_load_everything_waits_and_converges(
-        replication: Replication) -> None:
-    rep = replication
+        on_scratch_kafka: Replication) -> None:
+    rep = on_scratch_kafka
     # Shorter than the outage: the THL commit in flight times out with an unknown outcome,
     # and the extractor must start again from the THL tail with a new producer.
     rep.cfg = rep.cfg.model_copy(update={
@@ -113,7 +148,7 @@ def test_kafka_down_under_load_everything_waits_and_converges(
     assert rep.runner is not None and rep.runner.extractor is not None
     create_tables(rep, (ACCOUNTS_MYSQL, ACCOUNTS_PG), (NOPK_MYSQL, NOPK_PG))
     work = MixedWorkload(rep.source.port, rep.schema, seed=43, rate=150)
-    kafka = services.get("kafka")
+    kafka = services.get("kafka-scratch")
     work.start()  # the source goes on committing through the outage
     try:
         time.sleep(3)
@@ -187,19 +222,19 @@ def _target_seqnos(rep: Replication) -> tuple[int, int]:
     return (-1 if maria is None else maria, -1 if pg is None else pg)
 
 
-@pytest.mark.exclusive  # takes a shared server down
+@pytest.mark.exclusive("zookeeper_scratch")  # stops its ZooKeeper
 def test_zookeeper_down_under_load_apply_goes_on(
-        replication: Replication, unused_port: int) -> None:
+        on_scratch_zookeeper: Replication, unused_port: int) -> None:
     """ZooKeeper is the control plane, not the position of record: while it is away the
     extractor extracts and every group applies; afterwards both report the outage in their
     status and in metrics, and nothing was lost or applied twice. Down for 10 s (30 s in
     ``make soak``)."""
-    rep = replication
+    rep = on_scratch_zookeeper
     data = yaml.safe_load(rep.config_path.read_text())
     data["metrics"] = {"port": unused_port}
     rep.config_path.write_text(yaml.safe_dump(data))
     proc = rep.spawn()
-    zookeeper = services.get("zookeeper")
+    zookeeper = services.get("zookeeper-scratch")
     try:
         _until("extractor ONLINE", lambda: _extractor_status(rep).get("state") == "ONLINE", 90)
         create_tables(rep, (ACCOUNTS_MYSQL, ACCOUNTS_PG), (NOPK_MYSQL, NOPK_PG))

@@ -144,6 +144,16 @@ def make_service(tmp_path: Path, mariadb_source: MariaDB, kafka: Service,
 
 
 @pytest.fixture
+def make_scratch_service(tmp_path: Path, mariadb_scratch: MariaDB, kafka: Service,
+                         zookeeper: Service) -> Iterator[Callable[..., ServiceUnderTest]]:
+    """``make_service`` on the scratch source, for a test that purges its binlog."""
+    def make(**extractor: Any) -> ServiceUnderTest:
+        return ServiceUnderTest(tmp_path, mariadb_scratch, kafka, zookeeper, **extractor)
+
+    yield from made(make)
+
+
+@pytest.fixture
 def running(make_service: Callable[..., ServiceUnderTest]) -> Iterator[ServiceUnderTest]:
     """A service whose extractor runs in a thread for the duration of the test."""
     svc = make_service()

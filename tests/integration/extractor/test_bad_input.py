@@ -17,10 +17,10 @@ from trep.thl import cli
 from .conftest import ServiceUnderTest, wait_leading
 
 
-@pytest.mark.exclusive  # purges the source's binary logs under every other test
+@pytest.mark.exclusive("mariadb_scratch")  # purges the binary logs of its source
 def test_resume_position_purged_from_the_binlog(
-        make_service: Callable[..., ServiceUnderTest]) -> None:
-    svc = make_service()
+        make_scratch_service: Callable[..., ServiceUnderTest]) -> None:
+    svc = make_scratch_service()
     ex, thread = svc.start_thread()
     wait_leading(svc, ex, thread)
     svc.sql(f"CREATE TABLE {svc.schema}.t (id INT PRIMARY KEY)")
