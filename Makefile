@@ -17,21 +17,31 @@ help:
 	@echo "make lint          ruff + mypy"
 	@echo "make clean         stop everything and remove .run/ (data and logs)"
 
-# The venv is rebuilt only when its inputs change; pip's own cache makes a rebuild cheap.
-# The compiled modules (setup.py) are built in place by the editable install, again when
-# their sources change.
+# The project's download cache (stack/settings.py): servers' jars and packages, uv's wheels,
+# mypy's cache.
+CACHE_DIR ?= $(or $(TREP_CACHE_DIR),$(HOME)/.cache/tungsten-kafka)
+UV_VERSION := 0.13.9
+
+# The venv is rebuilt only when its inputs change. uv installs from its cache in the project's
+# cache directory by linking, not unpacking: 21 s for a clean clone's venv against pip's 55 s
+# (2026-11-28, warm caches; pyspark alone is 400 MB of files). It reads neither pip.conf nor
+# PIP_* variables, so pip's find-links are passed on. The compiled modules (setup.py) are
+# built in place by the editable install, again when their sources change.
 $(STAMP): pyproject.toml setup.py $(wildcard */*.pyx)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11) and "Python 3.11 is required")'
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q uv==$(UV_VERSION)
+	UV_CACHE_DIR=$(CACHE_DIR)/uv $(if $(PIP_FIND_LINKS),UV_FIND_LINKS=$(PIP_FIND_LINKS)) \
+		$(PY) -m uv pip install -q --python $(PY) -e '.[dev]'
 	@touch $@
 
 venv: $(STAMP)
 
+# mypy's cache outlives the checkout (a clean clone checks in 1 s what takes 16 s cold); it
+# checks each cached module against its source's hash, so a changed file is checked again.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy .
+	MYPY_CACHE_DIR=$(CACHE_DIR)/mypy $(VENV)/bin/mypy .
 
 # Most integration tests wait on servers and child processes, not on a core: a few workers
 # share the one stack (tests/integration/sharing.py). TEST_WORKERS=0 runs in this process.
