@@ -40,6 +40,9 @@ def test_spark_submit_runs_the_warehouse_group_on_a_standalone_cluster(
                                  # must be on its class path from the start.
                                  "--jars", str(conf["spark.jars"]),
                                  "--conf", "spark.driver.host=127.0.0.1",
+                                 # ... and so must its JVM flags (the stack's quick JVM).
+                                 "--driver-java-options",
+                                 str(conf["spark.driver.extraJavaOptions"]),
                                  str(REPO_ROOT / "trep" / "warehouse.py"),
                                  "-c", str(crafted.config_path), "run", "-group", "w"],
                                 stdout=out, stderr=out, env=env, cwd=REPO_ROOT,
