@@ -476,6 +476,11 @@ def _all_present(data: bytes, pos: int, ncols: int) -> bool:
     return not rest or data[pos + full] & ((1 << rest) - 1) == (1 << rest) - 1
 
 
+def _table_of(data: bytes, table_map: dict[int, Any]) -> Any:
+    """The table (map) a rows event names by its 6-byte table id, or None."""
+    return table_map.get(int.from_bytes(data[_HEADER_END:_HEADER_END + 6], "little"))
+
+
 def decode_packet(data: bytes, table_map: dict[int, Any], use_checksum: bool,
                   post_header_lengths: Sequence[int] | None) -> _Decoded | None:
     """A rows event of a FULL image of a table this module decodes, else None."""
@@ -484,7 +489,7 @@ def decode_packet(data: bytes, table_map: dict[int, Any], use_checksum: bool,
     kind = _ROWS_EVENTS.get(event_type)
     if kind is None:
         return None
-    table = table_map.get(int.from_bytes(data[_HEADER_END:_HEADER_END + 6], "little"))
+    table = _table_of(data, table_map)
     if table is None:
         return None
     decoder = _decoders.get(table)
@@ -549,8 +554,7 @@ def _wrapper(pkt: Any, table_map: dict[int, Any], ctl_connection: Any, mysql_ver
             decoded = decode_packet(data, table_map, use_checksum, post_header_lengths)
             if decoded is not None:
                 return decoded
-            table = table_map.get(int.from_bytes(data[_HEADER_END:_HEADER_END + 6], "little"))
-            Stats.referred[getattr(table, "schema", "")] += 1
+            Stats.referred[getattr(_table_of(data, table_map), "schema", "")] += 1
     return BinLogPacketWrapper(pkt, table_map, ctl_connection, mysql_version, use_checksum,
                                allowed_events, only_tables, ignored_tables, only_schemas,
                                ignored_schemas, freeze_schema, ignore_decode_errors,

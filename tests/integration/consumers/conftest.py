@@ -196,9 +196,12 @@ class Replication:
 def make_replication(tmp_path: Path, mariadb_source: MariaDB, mariadb_target: MariaDB,
                      postgresql: PostgreSQL, kafka: Service, zookeeper: Service,
                      ) -> Iterator[Callable[..., Replication]]:
-    def make(**consumer: Any) -> Replication:
-        return Replication(tmp_path, mariadb_source, mariadb_target, postgresql, kafka,
-                           zookeeper, **consumer)
+    def make(source: MariaDB | None = None, broker: Service | None = None,
+             zk: Service | None = None, **consumer: Any) -> Replication:
+        """``source``, ``broker``, ``zk``: other servers than the session's (a test that
+        stops one)."""
+        return Replication(tmp_path, source or mariadb_source, mariadb_target, postgresql,
+                           broker or kafka, zk or zookeeper, **consumer)
 
     yield from made(make)
 

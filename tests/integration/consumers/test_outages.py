@@ -11,8 +11,7 @@ import re
 import signal
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,11 +21,9 @@ from replicator.control import ComponentNodes
 from stack import services
 from stack.service import Service
 from stack.services.mariadb import MariaDB
-from stack.services.postgresql import PostgreSQL
 from thl_topics.event import RowChange
 from thl_topics.reader import ThlReader
 
-from ..harness.cleanup import made
 from ..soak import outage_s
 from .conftest import Replication
 from .tables import (
@@ -70,40 +67,10 @@ def _assert_thl_exact(rep: Replication) -> int:
     return len(seqnos)
 
 
-def _on(tmp_path: Path, source: MariaDB, target: MariaDB, pg: PostgreSQL, kafka: Service,
-        zookeeper: Service) -> Iterator[Replication]:
-    """A fixture's body: one replication on these servers, cleaned up after the test."""
-    for make in made(lambda: Replication(tmp_path, source, target, pg, kafka, zookeeper)):
-        yield make()
-
-
-@pytest.fixture
-def on_scratch_source(tmp_path: Path, mariadb_scratch: MariaDB, mariadb_target: MariaDB,
-                      postgresql: PostgreSQL, kafka: Service, zookeeper: Service
-                      ) -> Iterator[Replication]:
-    yield from _on(tmp_path, mariadb_scratch, mariadb_target, postgresql, kafka, zookeeper)
-
-
-@pytest.fixture
-def on_scratch_kafka(tmp_path: Path, mariadb_source: MariaDB, mariadb_target: MariaDB,
-                     postgresql: PostgreSQL, kafka_scratch: Service, zookeeper: Service
-                     ) -> Iterator[Replication]:
-    yield from _on(tmp_path, mariadb_source, mariadb_target, postgresql, kafka_scratch,
-                   zookeeper)
-
-
-@pytest.fixture
-def on_scratch_zookeeper(tmp_path: Path, mariadb_source: MariaDB, mariadb_target: MariaDB,
-                         postgresql: PostgreSQL, kafka: Service, zookeeper_scratch: Service
-                         ) -> Iterator[Replication]:
-    yield from _on(tmp_path, mariadb_source, mariadb_target, postgresql, kafka,
-                   zookeeper_scratch)
-
-
 @pytest.mark.exclusive("mariadb_scratch")  # stops its source
 def test_source_down_extractor_starts_again_from_the_thl_tail(
-        on_scratch_source: Replication) -> None:
-    rep = on_scratch_source
+        make_replication: Callable[..., Replication], mariadb_scratch: MariaDB) -> None:
+    rep = make_replication(source=mariadb_scratch)
     rep.start()
     assert rep.runner is not None and rep.runner.extractor is not None
     extractor = rep.runner.extractor
@@ -138,8 +105,8 @@ def test_source_down_extractor_starts_again_from_the_thl_tail(
 
 @pytest.mark.exclusive("kafka_scratch")  # stops its broker
 def test_kafka_down_under_load_everything_waits_and_converges(
-        on_scratch_kafka: Replication) -> None:
-    rep = on_scratch_kafka
+        make_replication: Callable[..., Replication], kafka_scratch: Service) -> None:
+    rep = make_replication(broker=kafka_scratch)
     # Shorter than the outage: the THL commit in flight times out with an unknown outcome,
     # and the extractor must start again from the THL tail with a new producer.
     rep.cfg = rep.cfg.model_copy(update={
@@ -224,12 +191,13 @@ def _target_seqnos(rep: Replication) -> tuple[int, int]:
 
 @pytest.mark.exclusive("zookeeper_scratch")  # stops its ZooKeeper
 def test_zookeeper_down_under_load_apply_goes_on(
-        on_scratch_zookeeper: Replication, unused_port: int) -> None:
+        make_replication: Callable[..., Replication], zookeeper_scratch: Service,
+        unused_port: int) -> None:
     """ZooKeeper is the control plane, not the position of record: while it is away the
     extractor extracts and every group applies; afterwards both report the outage in their
     status and in metrics, and nothing was lost or applied twice. Down for 10 s (30 s in
     ``make soak``)."""
-    rep = on_scratch_zookeeper
+    rep = make_replication(zk=zookeeper_scratch)
     data = yaml.safe_load(rep.config_path.read_text())
     data["metrics"] = {"port": unused_port}
     rep.config_path.write_text(yaml.safe_dump(data))

@@ -137,18 +137,10 @@ class ServiceUnderTest:
 @pytest.fixture
 def make_service(tmp_path: Path, mariadb_source: MariaDB, kafka: Service,
                  zookeeper: Service) -> Iterator[Callable[..., ServiceUnderTest]]:
-    def make(**extractor: Any) -> ServiceUnderTest:
-        return ServiceUnderTest(tmp_path, mariadb_source, kafka, zookeeper, **extractor)
-
-    yield from made(make)
-
-
-@pytest.fixture
-def make_scratch_service(tmp_path: Path, mariadb_scratch: MariaDB, kafka: Service,
-                         zookeeper: Service) -> Iterator[Callable[..., ServiceUnderTest]]:
-    """``make_service`` on the scratch source, for a test that purges its binlog."""
-    def make(**extractor: Any) -> ServiceUnderTest:
-        return ServiceUnderTest(tmp_path, mariadb_scratch, kafka, zookeeper, **extractor)
+    def make(source: MariaDB | None = None, **extractor: Any) -> ServiceUnderTest:
+        """``source``: another source than the session's (a test that purges its binlog)."""
+        return ServiceUnderTest(tmp_path, source or mariadb_source, kafka, zookeeper,
+                                **extractor)
 
     yield from made(make)
 

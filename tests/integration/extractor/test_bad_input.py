@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from confluent_kafka import Producer
 
 from extractor.errors import BinlogPurgedError
+from stack.services.mariadb import MariaDB
 from thl_topics.records import record_key
 from trep.thl import cli
 
@@ -19,8 +20,8 @@ from .conftest import ServiceUnderTest, wait_leading
 
 @pytest.mark.exclusive("mariadb_scratch")  # purges the binary logs of its source
 def test_resume_position_purged_from_the_binlog(
-        make_scratch_service: Callable[..., ServiceUnderTest]) -> None:
-    svc = make_scratch_service()
+        make_service: Callable[..., ServiceUnderTest], mariadb_scratch: MariaDB) -> None:
+    svc = make_service(source=mariadb_scratch)
     ex, thread = svc.start_thread()
     wait_leading(svc, ex, thread)
     svc.sql(f"CREATE TABLE {svc.schema}.t (id INT PRIMARY KEY)")
