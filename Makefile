@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv test soak test-unit test-integration lint demo bench bench-compare stack-up stack-down stack-status clean
+.PHONY: help venv test soak coverage test-unit test-integration lint demo bench bench-compare stack-up stack-down stack-status clean
 
 help:
 	@echo "make demo          bring the local stack up, replicate a live workload to MariaDB and PostgreSQL"
@@ -13,6 +13,7 @@ help:
 	@echo "make bench-compare beside Debezium and native MariaDB replication, with ratios"
 	@echo "make test          lint, unit tests and integration tests against the real servers"
 	@echo "make soak          the same with the long fault runs (20 kills per kill test)"
+	@echo "make coverage      make test's tests under coverage (TREP_SOAK=1 for soak's)"
 	@echo "make stack-up | stack-down | stack-status"
 	@echo "make lint          ruff + mypy"
 	@echo "make clean         stop everything and remove .run/ (data and logs)"
@@ -74,6 +75,16 @@ test: lint $(STAMP)
 # after a change to the runtime, an applier's commit path or the extractor's restart path.
 soak: lint $(STAMP)
 	TREP_SOAK=1 $(VENV)/bin/pytest tests $(XDIST)
+
+# make test's run under coverage ([tool.coverage] in pyproject.toml), every Python process
+# of it combined; the total is printed and written to .run/coverage/coverage.json. Slower than
+# make test (tracing), so not its timing. The tests' status is make's.
+COVERAGE := COVERAGE_FILE=$(CURDIR)/.run/coverage/data $(VENV)/bin/coverage
+coverage: lint $(STAMP)
+	rm -rf .run/coverage && mkdir -p .run/coverage
+	$(COVERAGE) run -m pytest tests $(XDIST); status=$$?; \
+	$(COVERAGE) combine -q && $(COVERAGE) report | tail -25 && \
+	$(COVERAGE) json -q -o .run/coverage/coverage.json && exit $$status
 
 demo: $(STAMP)
 	$(PY) -m stack up
