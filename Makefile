@@ -77,13 +77,15 @@ soak: lint $(STAMP)
 	TREP_SOAK=1 $(VENV)/bin/pytest tests $(XDIST)
 
 # make test's run under coverage ([tool.coverage] in pyproject.toml), every Python process
-# of it combined; the total is printed and written to .run/coverage/coverage.json. Slower than
-# make test (tracing), so not its timing. The tests' status is make's.
+# of it combined; the least covered files and the total are printed, the whole report is in
+# .run/coverage/report.txt and coverage.json. Slower than make test (tracing), so not its
+# timing. The tests' status is make's.
 COVERAGE := COVERAGE_FILE=$(CURDIR)/.run/coverage/data $(VENV)/bin/coverage
 coverage: lint $(STAMP)
 	rm -rf .run/coverage && mkdir -p .run/coverage
 	$(COVERAGE) run -m pytest tests $(XDIST); status=$$?; \
-	$(COVERAGE) combine -q && $(COVERAGE) report | tail -25 && \
+	$(COVERAGE) combine -q && $(COVERAGE) report > .run/coverage/report.txt && \
+	head -22 .run/coverage/report.txt && tail -3 .run/coverage/report.txt && \
 	$(COVERAGE) json -q -o .run/coverage/coverage.json && exit $$status
 
 demo: $(STAMP)

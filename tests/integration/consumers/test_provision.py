@@ -20,6 +20,7 @@ from thl_topics.event import RowChange
 from thl_topics.reader import ThlReader
 from thl_topics.records import META_PROVISION
 
+from ..harness.processes import bare_env
 from ..soak import SOAK, kills
 from .conftest import Replication
 from .tables import (
@@ -111,7 +112,7 @@ def test_provision_under_load_with_extractor_kills(replication: Replication) -> 
                     [sys.executable, "-m", "trep.trepctl", "-c", str(rep.config_path),
                      "provision", "--no-wait"], capture_output=True, text=True,
                     cwd=REPO_ROOT, timeout=60, check=False,
-                    env={"PYTHONPATH": str(REPO_ROOT)})
+                    env=bare_env())
                 assert again.returncode == 1 and "running already" in again.stderr, again
             runner = rep.spawn()
         _until("provisioning done", lambda: _state(rep) == "done", 600)
@@ -165,7 +166,7 @@ def test_reprovision_one_table_repairs_a_target_while_streaming(
                                str(rep.config_path), "provision", "-table", f"{s}.accounts",
                                "-limit", "300"], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT,
-                              env={"PYTHONPATH": str(REPO_ROOT)})
+                              env=bare_env())
     # Changes to the drifted rows from here on are provisioning's: they must not fail.
     _until("provisioning running", lambda: _state(rep) in ("running", "done"), 60)
     work.start()
@@ -182,7 +183,7 @@ def test_reprovision_one_table_repairs_a_target_while_streaming(
     assert status["provisioning"] == "NONE" and status["state"] == "ONLINE"
     again = subprocess.run([sys.executable, "-m", "trep.trepctl", "-c", str(rep.config_path),
                             "provision", "-table", "nodot"], capture_output=True, text=True,
-                           cwd=REPO_ROOT, env={"PYTHONPATH": str(REPO_ROOT)}, timeout=60,
+                           cwd=REPO_ROOT, env=bare_env(), timeout=60,
                            check=False)
     assert again.returncode == 2 and "use schema.table" in again.stderr
     marks = [m for m in map(json.loads, _provision_marks(rep)) if "table" in m]
@@ -210,7 +211,7 @@ def test_a_table_the_source_lacks_fails_the_request_not_the_extractor(
     asked = subprocess.run([sys.executable, "-m", "trep.trepctl", "-c", str(rep.config_path),
                             "provision", "-table", f"{s}.accounts", "-table", f"{s}.missing"],
                            capture_output=True, text=True, cwd=REPO_ROOT,
-                           env={"PYTHONPATH": str(REPO_ROOT)}, timeout=120, check=False)
+                           env=bare_env(), timeout=120, check=False)
     assert asked.returncode != 0
     assert f"{s}.missing: no such table" in asked.stderr + asked.stdout
     assert _state(rep) == "failed"

@@ -8,10 +8,9 @@ import time
 
 import yaml
 
-from stack.settings import REPO_ROOT
 from thl_topics.reader import ThlReader
 
-from ..harness.processes import run_trep
+from ..harness.processes import bare_env, run_trep
 from .conftest import Replication
 from .tables import (
     ACCOUNTS_MYSQL,
@@ -29,7 +28,7 @@ from .workload import MixedWorkload
 def _thl(rep: Replication, *args: str, stdin: str | None = None
          ) -> subprocess.CompletedProcess[str]:
     return run_trep("trep.thl", rep.config_path, *args, input=stdin,
-                    env={"PYTHONPATH": str(REPO_ROOT)})
+                    env=bare_env())
 
 
 def _first_kept(rep: Replication) -> int:

@@ -13,6 +13,15 @@ from pathlib import Path
 from stack.settings import REPO_ROOT
 
 
+def bare_env() -> dict[str, str]:
+    """An environment with nothing of the test's but the repository on the path (what an
+    operator's shell would give a command), and coverage's variables, so that ``make
+    coverage`` measures these processes too."""
+    env = {"PYTHONPATH": str(REPO_ROOT)}
+    env.update({k: v for k, v in os.environ.items() if k.startswith("COVERAGE_")})
+    return env
+
+
 def spawn_trep(module: str, config: Path, log_path: Path, *args: str,
                crash: str | None = None, inherit_crash: bool = False
                ) -> subprocess.Popen[bytes]:

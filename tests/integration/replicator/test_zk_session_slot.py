@@ -17,6 +17,8 @@ from replicator.config import ZooKeeperConfig
 from replicator.zk_session_slot import claim_slot
 from stack.services.zookeeper import ZooKeeper
 
+from ..harness.processes import bare_env
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
 #: Far longer than the test may take: a lock freed within it was freed by the slot.
 SESSION_TIMEOUT = 40.0
@@ -44,7 +46,7 @@ def test_a_restarted_process_frees_the_locks_of_its_killed_predecessor(
     lock_path = f"{root}/{service}/consumers/g/lock"
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, hosts, root, service, str(tmp_path), lock_path],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": str(REPO_ROOT)})
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True, env=bare_env())
     client = KazooClient(hosts=hosts, timeout=10)
     client.start(timeout=10)
     try:
