@@ -165,7 +165,15 @@ class Replication:
     def wait_applied(self, seqno: int, groups: Sequence[str] = ("mariadb", "pg"),
                      timeout: float = 180) -> None:
         wait_applied(self.status, groups, seqno, timeout,
-                     late="{group} did not apply seqno {seqno} in {timeout} s: {status}")
+                     late="{group} did not apply seqno {seqno} in {timeout} s: {status}",
+                     detail=self._late_detail)
+
+    def _late_detail(self) -> str:
+        """What a group that fell behind leaves to go on: the THL's tail, the extractor's
+        status and the end of the service's log (removed with the test's directory)."""
+        log = self.log_path.read_text() if self.log_path.exists() else "(no log)"
+        return (f"\nTHL tail: {self.thl_tail()}\nextractor: {self.extractor_status()}"
+                f"\nlog tail:\n{log[-6000:]}")
 
     def wait_source_applied(self, groups: Sequence[str] = ("mariadb", "pg"),
                             timeout: float = 180) -> int:
