@@ -26,6 +26,14 @@ HOST = "127.0.0.1"
 #: JDK used by Kafka, ZooKeeper, Elasticsearch and Spark. Spark fails on newer JDKs.
 JAVA_HOME = Path(os.environ.get("TREP_JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64"))
 
+#: The JIT of the stack's lighter servers (ZooKeeper, Kafka, Elasticsearch, Apicurio): they
+#: live for one test run or demo on 2 cores, and over a 9-minute part of the suite C2's
+#: compiler thread took 24% of Kafka's CPU, 38% of Elasticsearch's, 44% of Apicurio's
+#: (per-thread CPU, /proc). C1 alone compiles once, cheaply. Not for a production server,
+#: whose C2 code pays back over days. The Spark Connect server keeps C2 (its MERGEs are
+#: CPU-bound: spark_connect.py).
+C1_ONLY = "-XX:TieredStopAtLevel=1"
+
 MAVEN_REPO_URL = os.environ.get("TREP_MAVEN_URL", "https://repo1.maven.org/maven2")
 
 _DEFAULT_PORTS = {

@@ -23,7 +23,7 @@ from typing import Any
 from stack import process
 from stack.fetch import maven_file
 from stack.service import TcpService
-from stack.settings import HOST, JAVA_HOME, cache_dir
+from stack.settings import C1_ONLY, HOST, JAVA_HOME, cache_dir
 
 APICURIO_VERSION = "3.0.9"
 #: Path of the Confluent-compatible API.
@@ -72,7 +72,7 @@ class Apicurio(TcpService):
         data = self.dir / "data"
         data.mkdir(exist_ok=True)
         process.spawn(self.name, [
-            str(JAVA_HOME / "bin" / "java"), "-Xms64m", "-Xmx384m", "-XX:+UseSerialGC",
+            str(JAVA_HOME / "bin" / "java"), "-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", C1_ONLY,
             f"-Dquarkus.http.host={HOST}", f"-Dquarkus.http.port={self.port}",
             f"-Dapicurio.datasource.url=jdbc:h2:file:{data / 'registry'}",
             # The default pool keeps 20 connections open; an embedded H2 needs a few.

@@ -25,7 +25,7 @@ from typing import Any
 from stack import process
 from stack.fetch import maven_file
 from stack.service import TcpService
-from stack.settings import HOST, JAVA_HOME, cache_dir, port
+from stack.settings import C1_ONLY, HOST, JAVA_HOME, cache_dir, port
 from stack.users import hand_over, service_user
 
 ES_VERSION = "8.19.21"
@@ -86,7 +86,7 @@ class Elasticsearch(TcpService):
             action.destructive_requires_name: false
             """))
         (conf / "jvm.options.d").mkdir(exist_ok=True)
-        (conf / "jvm.options.d" / "heap.options").write_text("-Xms512m\n-Xmx512m\n")
+        (conf / "jvm.options.d" / "heap.options").write_text(f"-Xms512m\n-Xmx512m\n{C1_ONLY}\n")
         for sub in ("data", "logs", "tmp"):
             (self.dir / sub).mkdir(exist_ok=True)
         return conf

@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 from stack import process, tls
 from stack.fetch import maven_runtime_jars
 from stack.service import TcpService
-from stack.settings import HOST, JAVA_HOME, cache_dir, port
+from stack.settings import C1_ONLY, HOST, JAVA_HOME, cache_dir, port
 
 KAFKA_VERSION = "4.1.1"
 #: The Kafka pom brings slf4j without a binding: without one, start-up errors are invisible.
@@ -132,7 +132,7 @@ class Kafka(TcpService):
 
     def _java(self, main: str, *args: str) -> list[str]:
         return [str(JAVA_HOME / "bin" / "java"), "-Xms256m", "-Xmx768m",
-                "-XX:+UseG1GC", "-Djava.awt.headless=true",
+                "-XX:+UseG1GC", C1_ONLY, "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
                 "-cp", self._libs(), main, *args]
 

@@ -8,7 +8,7 @@ import textwrap
 from stack import process
 from stack.fetch import maven_runtime_jars
 from stack.service import TcpService
-from stack.settings import HOST, JAVA_HOME, cache_dir
+from stack.settings import C1_ONLY, HOST, JAVA_HOME, cache_dir
 
 ZOOKEEPER_VERSION = "3.9.4"
 
@@ -63,7 +63,7 @@ class ZooKeeper(TcpService):
             """))
         (self.dir / "logback.xml").write_text(LOGBACK)
         process.spawn(self.name, [
-            str(JAVA_HOME / "bin" / "java"), "-Xms64m", "-Xmx256m",
+            str(JAVA_HOME / "bin" / "java"), "-Xms64m", "-Xmx256m", C1_ONLY,
             f"-Dlogback.configurationFile={self.dir / 'logback.xml'}",
             "-cp", self._classpath(), "org.apache.zookeeper.server.ZooKeeperServerMain",
             str(cfg)], log=self.log, pid_file=self.pid_file)
