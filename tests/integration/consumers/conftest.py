@@ -29,7 +29,7 @@ from trep.runner import Runner
 from ..harness import sql
 from ..harness.cleanup import made, tear_down
 from ..harness.config import extractor_section, service_name, write_service
-from ..harness.processes import run_trep, spawn_trep
+from ..harness.processes import run_trep, spawn_trep, stacks, thread_stacks
 from ..harness.status import component_status, stopped, wait_applied, wait_state, wait_streaming
 from ..harness.thl import commit_marker, tail_record, wait_marker
 
@@ -170,10 +170,13 @@ class Replication:
 
     def _late_detail(self) -> str:
         """What a group that fell behind leaves to go on: the THL's tail, the extractor's
-        status and the end of the service's log (removed with the test's directory)."""
+        status, the end of the service's log (removed with the test's directory) and where
+        its threads are (spawned or in this process)."""
         log = self.log_path.read_text() if self.log_path.exists() else "(no log)"
+        spawned = "".join(f"\nstacks of pid {p.pid}:\n{stacks(p.pid)}"
+                          for p in self.procs if p.poll() is None)
         return (f"\nTHL tail: {self.thl_tail()}\nextractor: {self.extractor_status()}"
-                f"\nlog tail:\n{log[-6000:]}")
+                f"\nlog tail:\n{log[-6000:]}{spawned}\nthis process:\n{thread_stacks()}")
 
     def wait_source_applied(self, groups: Sequence[str] = ("mariadb", "pg"),
                             timeout: float = 180) -> int:

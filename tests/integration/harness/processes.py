@@ -6,7 +6,9 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -87,6 +89,13 @@ def stacks(pid: int) -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"(no stacks of pid {pid}: {exc})"
     return done.stdout + done.stderr
+
+
+def thread_stacks() -> str:
+    """Every thread's Python stack of this process (a service a test runs in-process)."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return "\n".join(f"--- {names.get(ident, ident)}\n" + "".join(traceback.format_stack(frame))
+                     for ident, frame in sys._current_frames().items())
 
 
 def peak_rss(pid: int) -> int:
