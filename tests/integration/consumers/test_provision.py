@@ -20,7 +20,7 @@ from thl_topics.event import RowChange
 from thl_topics.reader import ThlReader
 from thl_topics.records import META_PROVISION
 
-from ..harness.processes import bare_env
+from ..harness.processes import bare_env, run_trep
 from ..soak import SOAK, kills
 from .conftest import Replication
 from .tables import (
@@ -108,11 +108,8 @@ def test_provision_under_load_with_extractor_kills(replication: Replication) -> 
             runner.wait(30)
             if kill == 0:
                 # A second request while one runs is refused.
-                again = subprocess.run(
-                    [sys.executable, "-m", "trep.trepctl", "-c", str(rep.config_path),
-                     "provision", "--no-wait"], capture_output=True, text=True,
-                    cwd=REPO_ROOT, timeout=60, check=False,
-                    env=bare_env())
+                again = run_trep("trep.trepctl", rep.config_path, "provision", "--no-wait",
+                                 timeout=60, env=bare_env())
                 assert again.returncode == 1 and "running already" in again.stderr, again
             runner = rep.spawn()
         _until("provisioning done", lambda: _state(rep) == "done", 600)
@@ -181,10 +178,8 @@ def test_reprovision_one_table_repairs_a_target_while_streaming(
     assert compare(rep, "accounts", ACCOUNTS_NAMES, "id") >= 2000
     status = _extractor_status(rep)
     assert status["provisioning"] == "NONE" and status["state"] == "ONLINE"
-    again = subprocess.run([sys.executable, "-m", "trep.trepctl", "-c", str(rep.config_path),
-                            "provision", "-table", "nodot"], capture_output=True, text=True,
-                           cwd=REPO_ROOT, env=bare_env(), timeout=60,
-                           check=False)
+    again = run_trep("trep.trepctl", rep.config_path, "provision", "-table", "nodot",
+                     timeout=60, env=bare_env())
     assert again.returncode == 2 and "use schema.table" in again.stderr
     marks = [m for m in map(json.loads, _provision_marks(rep)) if "table" in m]
     assert marks[0]["first"] and marks[-1]["end"]
@@ -208,10 +203,8 @@ def test_a_table_the_source_lacks_fails_the_request_not_the_extractor(
     s = rep.schema
     rep.src(ACCOUNTS_MYSQL.format(s=s))
     rep.pgsql(ACCOUNTS_PG.format(s=s))
-    asked = subprocess.run([sys.executable, "-m", "trep.trepctl", "-c", str(rep.config_path),
-                            "provision", "-table", f"{s}.accounts", "-table", f"{s}.missing"],
-                           capture_output=True, text=True, cwd=REPO_ROOT,
-                           env=bare_env(), timeout=120, check=False)
+    asked = run_trep("trep.trepctl", rep.config_path, "provision", "-table", f"{s}.accounts",
+                     "-table", f"{s}.missing", timeout=120, env=bare_env())
     assert asked.returncode != 0
     assert f"{s}.missing: no such table" in asked.stderr + asked.stdout
     assert _state(rep) == "failed"

@@ -16,10 +16,10 @@ from kazoo.client import KazooClient
 from replicator.config import ZooKeeperConfig
 from replicator.zk_session_slot import claim_slot
 from stack.services.zookeeper import ZooKeeper
+from stack.settings import REPO_ROOT
 
 from ..harness.processes import bare_env
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 #: Far longer than the test may take: a lock freed within it was freed by the slot.
 SESSION_TIMEOUT = 40.0
 
