@@ -13,6 +13,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from consumers.errors import ConsumerError, TerminalError, TransientError
+from consumers.stall_watch import CHECK_EVERY_S, StallWatch
 from thl_topics.client import check_access, is_access_error, new_admin, settings_error, watched
 from thl_topics.errors import (
     KafkaAccessError,
@@ -51,7 +52,8 @@ class ThlFeed:
     ``TransientError`` (retried).
     """
 
-    def __init__(self, kafka: str | Mapping[str, Any], topic: str, group_id: str) -> None:
+    def __init__(self, kafka: str | Mapping[str, Any], topic: str, group_id: str,
+                 stall_check_s: float = CHECK_EVERY_S) -> None:
         self.topic = topic
         self.group_id = group_id
         try:
@@ -63,6 +65,8 @@ class ThlFeed:
         self._joiner = RecordJoiner(self._reader)
         #: The record read last (or the one the handshake checked): where a run must go on.
         self._last: ThlRecord | None = None
+        #: Notices a consumer that stopped fetching (asks ``_reader`` past the position).
+        self._stall = StallWatch(self._first_offset_at, stall_check_s)
         settings, self._watch = watched(kafka)
         conf = {
             **settings,
@@ -118,6 +122,11 @@ class ThlFeed:
             raise _consumer_error(self.topic, exc) from exc
         self._consumer.assign([TopicPartition(self.topic, 0, offset)])
         self._joiner.reset()
+        self._stall.at(offset)
+
+    def _first_offset_at(self, offset: int) -> int | None:
+        sample = self._reader.sample(offset)
+        return None if sample is None else sample[0]
 
     def follows(self, rec: ThlRecord) -> None:
         """The next record read must come from the same log as ``rec`` (the handshake's)."""
@@ -131,6 +140,7 @@ class ThlFeed:
         # rotated password, a revoked certificate) stops the group instead of a silent loop.
         self._check_access()
         if msg is None:
+            self._check_stall()
             return None
         err = msg.error()
         if err is not None:
@@ -142,11 +152,20 @@ class ThlFeed:
                                      "reconnecting to check the log again")
             # Broker transport errors: librdkafka reconnects by itself.
             log.warning("THL topic %s: %s", self.topic, err.str())
+            self._check_stall()
             return None
+        offset = msg.offset()
+        if offset is not None:
+            self._stall.delivered(offset)
         rec = self._joiner.add(msg)
         if rec is not None and rec.event is not None:
             self._same_log(rec)
         return rec
+
+    def _check_stall(self) -> None:
+        stalled = self._stall.quiet()
+        if stalled is not None:
+            raise TransientError(f"THL topic {self.topic}: {stalled}; reconnecting")
 
     def _same_log(self, rec: ThlRecord) -> None:
         last, self._last = self._last, rec
