@@ -42,6 +42,7 @@ from consumers.errors import DataError
 from consumers.schema_changes import SchemaChangeMode
 from consumers.warehouse.config import WarehouseTarget
 from consumers.warehouse.naming import TableRef, quote_name, table_ref
+from consumers.warehouse.session import checkpointed
 from consumers.warehouse.staging import Segment, read_options, staging_schema
 from consumers.warehouse.storage import is_delta_table
 from consumers.warehouse.types import cast_expression, holds, spark_type, widens
@@ -234,7 +235,7 @@ class DeltaWriter:
             typed = (typed.selectExpr("*", f"row_number() OVER (PARTITION BY {keys} ORDER BY "
                                            f"{SEQNO} DESC, {ROW} DESC) AS _last")
                      .where("_last = 1").drop("_last"))
-        frame = typed.localCheckpoint(eager=True)
+        frame = checkpointed(self.spark, typed)
         plan.frame = frame
         return frame
 

@@ -28,7 +28,7 @@ from stack import class_archive
 from stack.spark_jvm import end_jvm
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,30 @@ def is_remote(spark: SparkSession) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+def checkpointed(spark: SparkSession, frame: DataFrame) -> DataFrame:
+    """``frame.localCheckpoint(eager=True)``, the result bound to ``spark``, its session.
+
+    PySpark's Connect client (4.0) binds the DataFrame a checkpoint returns to the thread's
+    *active* session (``conversion.proto_to_remote_cached_dataframe``), not to the session
+    that made it: the first session the thread opened, or the process's first one once
+    that is stopped. With more than one session in a process (several groups, a session
+    replaced after an error, trep-warehouse commands run one after another) the MERGE then
+    names a DataFrame its session does not hold: "No DataFrame with id ... is found in the
+    session". So the thread's active session is ``spark`` while the checkpoint is made.
+    """
+    if not is_remote(spark):
+        return frame.localCheckpoint(eager=True)
+    from pyspark.sql.connect.session import SparkSession as RemoteSession
+
+    holder = RemoteSession._active_session
+    before = getattr(holder, "session", None)
+    holder.session = spark
+    try:
+        return frame.localCheckpoint(eager=True)
+    finally:
+        holder.session = before
+
+
 def keep_release_pool() -> None:
     """Closing one Spark Connect client must not break the others of this process.
 
@@ -118,7 +142,8 @@ def _remote(remote: str, settings: SparkSettings, owner: str | None) -> SparkSes
     keep_release_pool()
     url = remote.rstrip("/")
     if owner is None:
-        spark = RemoteSession.builder.remote(f"{url}/;session_id={uuid.uuid4()}").create()
+        session_id = str(uuid.uuid4())
+        spark = RemoteSession.builder.remote(f"{url}/;session_id={session_id}").create()
         interrupted: tuple[str, ...] = ()
     else:
         # The group's own session, kept open on the server across its processes (a closed
@@ -135,7 +160,8 @@ def _remote(remote: str, settings: SparkSettings, owner: str | None) -> SparkSes
             # Idle past the server's session timeout: nothing of it runs any more.
             log.info("%s: its Spark Connect session timed out on the server; opening a "
                      "new one", owner)
-            spark = RemoteSession.builder.remote(f"{url}/;session_id={uuid.uuid4()}").create()
+            session_id = str(uuid.uuid4())
+            spark = RemoteSession.builder.remote(f"{url}/;session_id={session_id}").create()
             interrupted = ()
     if interrupted:
         log.warning("%s: interrupted %d operation(s) a previous process of this group left "
