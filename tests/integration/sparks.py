@@ -1,13 +1,18 @@
-"""One Spark JVM for the whole pytest process: tests read Delta tables with it, and every
-warehouse applier running inside this process shares it (its own ``newSession()``), so the
-2-core machine pays Spark's start-up once. Appliers in child processes start their own."""
+"""Spark for the tests' own reads of Delta tables.
+
+Reads go to the stack's Spark Connect server (``connect_session``): it is warm and shared
+by every worker, where a Spark JVM of each pytest worker cost its start-up and its own JIT
+warm-up for every Delta code path. ``local_session`` is the process's own Spark JVM, for
+what a Connect session cannot do (RDDs: ``spark_changes``); a warehouse applier running
+in this process in local mode shares it (its own ``newSession()``)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import struct
+import uuid
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from pyspark.sql import SparkSession
 
@@ -16,9 +21,27 @@ from stack.services.spark import session
 from thl_topics.values import format_time
 
 _session: SparkSession | None = None
+_remote: SparkSession | None = None
 
 
-def live_session() -> SparkSession:
+def connect_session() -> SparkSession:
+    """This process's session on the stack's Spark Connect server, in UTC (TIMESTAMP
+    columns read back as UTC wall time); the server must be up (``spark_connect``)."""
+    global _remote
+    if _remote is None or not alive(_remote):
+        from pyspark.sql.connect.session import SparkSession as RemoteSession
+
+        from stack.services.spark_connect import SparkConnect
+
+        # The Connect session class mirrors the classic one's API (pyspark's own typing).
+        remote = cast(SparkSession, RemoteSession.builder.remote(
+            f"{SparkConnect().url}/;session_id={uuid.uuid4()}").create())
+        remote.conf.set("spark.sql.session.timeZone", "UTC")
+        _remote = remote
+    return _remote
+
+
+def local_session() -> SparkSession:
     """The process's Spark session (started on first use, again if a test stopped it),
     in UTC so TIMESTAMP columns read back as UTC wall time."""
     global _session
@@ -31,7 +54,7 @@ def live_session() -> SparkSession:
 
 def delta_rows(path: str, columns: tuple[str, ...] | list[str]) -> list[tuple[Any, ...]]:
     """Rows of a Delta table, columns in the given order, TIMESTAMPs as naive UTC."""
-    spark = live_session()
+    spark = connect_session()
     frame = spark.read.format("delta").load(path)
     types = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
     exprs = []

@@ -14,7 +14,7 @@ import pytest
 from replicator.zk import connect
 from stack.service import Service
 from stack.services.kafka import Kafka
-from stack.services.spark import warehouse_spark
+from stack.services.spark_connect import SparkConnect
 from stack.settings import RUN_DIR
 from thl_topics.admin import ThlTopicSpec, ensure_thl_topic
 from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent, ThlValue
@@ -25,7 +25,7 @@ from trep.runner import Runner
 from ..harness.cleanup import cleaned
 from ..harness.config import service_name, write_service
 from ..harness.status import component_status, stopped, wait_state
-from ..sparks import delta_rows, live_session
+from ..sparks import delta_rows
 
 GROUP = "w"
 BASE_TSTAMP = 1_700_000_000_000_000
@@ -53,14 +53,20 @@ def update(schema: str, table: str, specs: list[ColumnSpec], before: list[ThlVal
 
 
 class CraftedThl:
-    """A service whose THL topic this test writes, and one warehouse group reading it."""
+    """A service whose THL topic this test writes, and one warehouse group reading it.
 
-    def __init__(self, tmp_path: Path, kafka: Kafka, zookeeper: Service) -> None:
+    The group is a client of the stack's Spark Connect server (warm, shared: no Spark JVM
+    of its own per pytest worker); ``configure(spark=warehouse_spark(...))`` runs it on a
+    Spark of its own (local mode, a cluster)."""
+
+    def __init__(self, tmp_path: Path, kafka: Kafka, zookeeper: Service,
+                 spark_connect: SparkConnect) -> None:
         self.name = service_name("w")
         self.location = RUN_DIR / "warehouse-tests" / self.name
         self.config_path = tmp_path / f"{self.name}.yml"
         self.bootstrap = kafka.bootstrap
         self.zk_hosts = f"127.0.0.1:{zookeeper.port}"
+        self.remote = spark_connect.url
         self.configure()
         ensure_thl_topic(kafka.admin(), ThlTopicSpec(self.cfg.thl_topic))
         self.producer = ThlProducer(self.bootstrap, self.cfg.thl_topic, f"t-{self.name}")
@@ -68,16 +74,16 @@ class CraftedThl:
         self.runner: Runner | None = None
         self.started = 0.0
         self.zk = connect(self.zk_hosts, 10)
-        live_session()
 
     def configure(self, **target: Any) -> None:
-        # No extractor: the source is never read.
+        """The service's configuration, ``target`` added to (or replacing) the group's
+        target settings. No extractor: the source is never read."""
+        target = {"spark": {"remote": self.remote}, **target}
         self.cfg: ServiceConfig = write_service(
             self.config_path, self.name, bootstrap=self.bootstrap,
             zookeeper={"hosts": self.zk_hosts}, source_port=1,
             consumers={GROUP: {"target": {"type": "warehouse",
-                                          "location": str(self.location),
-                                          "spark": warehouse_spark("local[2]"), **target},
+                                          "location": str(self.location), **target},
                                "block_commit_ms": 300}})
 
     def publish(self, *items: RowChange) -> int:
@@ -144,6 +150,6 @@ class CraftedThl:
 
 
 @pytest.fixture
-def crafted(tmp_path: Path, kafka: Kafka, zookeeper: Service, spark: Service
-            ) -> Iterator[CraftedThl]:
-    yield from cleaned(CraftedThl(tmp_path, kafka, zookeeper))
+def crafted(tmp_path: Path, kafka: Kafka, zookeeper: Service, spark: Service,
+            spark_connect: SparkConnect) -> Iterator[CraftedThl]:
+    yield from cleaned(CraftedThl(tmp_path, kafka, zookeeper, spark_connect))

@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 
 from thl_topics.records import META_PROVISION, META_PROVISIONING
 
-from ..sparks import live_session
+from ..sparks import connect_session
 from .conftest import CraftedThl, delete, insert, spec, update
 
 ITEM = [spec(1, "id", "INT", key=True), spec(2, "name", "VARCHAR", length=40)]
@@ -66,13 +66,13 @@ def test_last_operation_per_key_and_the_type_matrix(crafted: CraftedThl) -> None
     assert one[9] == "-838:59:59" and two[9] == "00:00:00.000001"
     assert one[10] == 3.4028234663852886e38 and one[11] == Decimal("18446744073709551615")
     assert three[1:4] == (None, None, None) and three[5:] == (None,) * 7
-    schema = {f.name: f.dataType.simpleString() for f in live_session().read.format(
+    schema = {f.name: f.dataType.simpleString() for f in connect_session().read.format(
         "delta").load(crafted.path(s, "types")).schema.fields}
     assert schema["dec65"] == "string" and schema["u_big"] == "decimal(20,0)"
     assert schema["bin"] == "binary" and schema["ts"] == "timestamp"
     assert schema["zero_dt"] == "timestamp_ntz" and schema["f"] == "float"
     # The position is in Delta, with the generation.
-    pos = live_session().read.format("delta").load(
+    pos = connect_session().read.format("delta").load(
         f"file://{crafted.location}/tungsten_{crafted.name}/trep_commit_seqno").collect()
     assert [(r["seqno"], r["generation"]) for r in pos] == [(last, 0)]
 
@@ -113,7 +113,7 @@ def test_new_source_column_becomes_a_delta_column_and_heartbeats_land(
     crafted.wait_applied(last)
     assert crafted.rows(s, "items", ["id", "name", "extra col ü"]) == [
         (1, "one", None), (2, "two", Decimal("1.50"))]
-    beats = live_session().read.format("delta").load(
+    beats = connect_session().read.format("delta").load(
         f"file://{crafted.location}/tungsten_{crafted.name}/heartbeat").collect()
     assert [(b["id"], b["seqno"], b["salt"], b["name"]) for b in beats] == [
         (1, last, 3, "MASTER")]
@@ -187,7 +187,7 @@ def test_stage_only_leaves_the_files_and_records_them(crafted: CraftedThl) -> No
                            delete(s, "items", ITEM, [2, None]))
     crafted.start()
     crafted.wait_applied(last)
-    staged = live_session().read.format("delta").load(
+    staged = connect_session().read.format("delta").load(
         f"file://{crafted.location}/tungsten_{crafted.name}/trep_staged_files").collect()
     assert sum(r["row_count"] for r in staged) == 6
     assert {r["table_name"] for r in staged} == {"items"} and staged[0]["key_columns"] == "id"
@@ -232,6 +232,6 @@ def test_provisioning_empties_the_table_then_upserts_chunks_and_idempotent_chang
     crafted.wait_applied(_chunk(crafted, "items", 0, True))
     assert crafted.rows(s, "items", ["id", "name"]) == []
     # The Delta log tells where each emptying came from.
-    history = live_session().sql(
+    history = connect_session().sql(
         f"DESCRIBE HISTORY delta.`{crafted.path(s, 'items')}`").collect()
     assert sum(1 for h in history if h["operation"] == "MERGE") >= 3

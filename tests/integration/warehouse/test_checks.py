@@ -12,7 +12,7 @@ from thl_topics.checksum import METHOD, range_digest
 from thl_topics.event import ColumnSpec, ThlValue
 from thl_topics.records import META_CHECK, encode_key
 
-from ..sparks import live_session
+from ..sparks import connect_session
 from .conftest import CraftedThl, delete, insert, spec, update
 from .test_apply import TYPE_ROWS, TYPES
 
@@ -35,7 +35,7 @@ def _check(crafted: CraftedThl, table: str, specs: list[ColumnSpec], rng: int,
 
 
 def _results(crafted: CraftedThl) -> dict[tuple[str, int], dict[str, Any]]:
-    rows = live_session().read.format("delta").load(
+    rows = connect_session().read.format("delta").load(
         f"file://{crafted.location}/tungsten_{crafted.name}/consistency").collect()
     return {(r["tbl"], r["id"]): r.asDict() for r in rows}
 

@@ -33,6 +33,7 @@ import yaml
 from consumers.warehouse.session import DEFAULTS
 from replicator.crashpoints import EXIT_STATUS
 from stack import class_archive
+from stack.services.spark import warehouse_spark
 from stack.settings import REPO_ROOT
 from thl_topics.event import RowChange
 
@@ -204,6 +205,9 @@ def _no_leftovers() -> Iterator[None]:
 def test_crashes_and_kills_under_load_leave_tables_equal_to_the_source(
         crafted: CraftedThl) -> None:
     svc = crafted
+    # Spawned groups in local mode: each process its own Spark JVM (test_connect.py kills
+    # Connect clients).
+    svc.configure(spark=warehouse_spark("local[2]"))
     data = yaml.safe_load(svc.config_path.read_text())
     # A killed process holds the group's lock until its ZooKeeper session expires: keep
     # that short so each restart does not wait 10 s for it.

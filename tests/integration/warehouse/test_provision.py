@@ -10,7 +10,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from delta.tables import DeltaTable
 
 from stack.service import Service
 from stack.services.mariadb import MariaDB
@@ -19,7 +18,7 @@ from ..conformance.conftest import Conformance
 from ..conformance.kinds.warehouse import WarehouseKind
 from ..conformance.tables import ITEMS
 from ..harness.cleanup import cleaned
-from ..sparks import live_session
+from ..sparks import connect_session
 
 
 @pytest.fixture
@@ -40,10 +39,11 @@ def test_reprovisioning_repairs_a_drifted_delta_table_under_writes(svc: Conforma
     assert svc.compare(ITEMS)["items"] == 400
     # The Delta table drifts: rows lost, a value changed, a row the source never had.
     assert isinstance(svc.kind, WarehouseKind)
-    table = DeltaTable.forPath(live_session(), svc.kind.path(s, ITEMS))
-    table.delete("id < 30")
-    table.update(condition="id = 200", set={"name": "'drifted'"})
-    table.update(condition="id = 300", set={"id": "9999"})
+    table = f"delta.`{svc.kind.path(s, ITEMS)}`"
+    spark = connect_session()
+    spark.sql(f"DELETE FROM {table} WHERE id < 30").collect()
+    spark.sql(f"UPDATE {table} SET name = 'drifted' WHERE id = 200").collect()
+    spark.sql(f"UPDATE {table} SET id = 9999 WHERE id = 300").collect()
     with pytest.raises(AssertionError):
         svc.compare(ITEMS)
 

@@ -25,7 +25,7 @@ from thl_topics.event import Statement, ThlEvent
 from thl_topics.producer import ThlProducer
 from thl_topics.row_changes import COLUMNS, Change, ChangeReader, ThlGapError, spark_changes
 
-from ..sparks import live_session
+from ..sparks import local_session
 from .conftest import BASE_TSTAMP, delete, insert, spec, update
 
 ITEM = [spec(1, "id", "INT", key=True), spec(2, "name", "VARCHAR", length=40),
@@ -121,13 +121,13 @@ def _records(thl: Thl, low: int, high: int) -> list[dict[str, Any]]:
 def test_spark_reads_the_same_changes_with_its_kafka_source(thl: Thl) -> None:
     _fill(thl)
     expected = _records(thl, 0, 4)
-    frame = spark_changes(live_session(), thl.kafka.bootstrap, thl.topic, 0, 4)
+    frame = spark_changes(local_session(), thl.kafka.bootstrap, thl.topic, 0, 4)
     got = [r.asDict() for r in frame.orderBy("seqno", "row").collect()]
     for row in got:
         row["commit_time"] = row["commit_time"].replace(tzinfo=dt.UTC)
     assert got == [dict(r) for r in expected]
     with pytest.raises(ThlGapError):
-        spark_changes(live_session(), thl.kafka.bootstrap, thl.topic, 0, 6)
+        spark_changes(local_session(), thl.kafka.bootstrap, thl.topic, 0, 6)
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "csv", "jsonl"])
@@ -144,7 +144,7 @@ def test_thl_export_files_read_back_equal_in_pandas_and_spark(thl: Thl, tmp_path
     assert "6 row change(s) of seqnos 0..3" in done.stderr
     expected = pd.DataFrame(_records(thl, 0, 4), columns=list(COLUMNS))
     expected["commit_time"] = expected["commit_time"].astype("datetime64[us, UTC]")
-    spark = live_session()
+    spark = local_session()
     if fmt == "parquet":
         back = pd.read_parquet(out)
         sdf = spark.read.parquet(str(out))

@@ -18,7 +18,7 @@ from stack.settings import REPO_ROOT
 from trep.warehouse import cli as warehouse_cli
 
 from ..soak import SOAK
-from ..sparks import delta_rows, live_session
+from ..sparks import connect_session, delta_rows
 from .conftest import CraftedThl, delete, insert, spec, update
 
 ITEM = [spec(1, "id", "INT", key=True), spec(2, "name", "VARCHAR", length=40)]
@@ -68,7 +68,7 @@ def test_replay_with_another_batch_size_changes_nothing(crafted: CraftedThl) -> 
     before = crafted.rows("shop", "items", COLS)
     assert len(before) > 40
     ref = TableRef("shop.items", path=crafted.path("shop", "items"))
-    spark = live_session()
+    spark = connect_session()
     first_commits = commit_ranges(spark, ref)
     assert len(first_commits) > 2
     # Time travel by seqno: the version holding the end of the second block.
@@ -109,7 +109,9 @@ def test_replay_with_another_batch_size_changes_nothing(crafted: CraftedThl) -> 
     assert applied > 0
     assert sorted(delta_rows(f"file://{to}", COLS), key=repr) == old
 
-    # The same through trep-warehouse (in this process: it shares this Spark).
+    # The same through trep-warehouse, in this process: each command opens its own Connect
+    # session beside the test's (pyspark bound checkpoints to the thread's first session:
+    # session.checkpointed).
     cli = CliRunner()
     done = cli.invoke(warehouse_cli, ["-c", str(crafted.config_path), "version", "-table",
                                       "shop.items", "-seqno", str(middle), "--history"])

@@ -1,6 +1,6 @@
 """The warehouse kind: Delta tables materialized by the stack's Spark Connect server (its
 groups are thin clients, in the test process or spawned, so a restart costs no JVM); the
-test process reads the tables back with a local Spark of its own.
+test process reads the tables back through the same server (``sparks.connect_session``).
 
 Declared: tables without a primary key are refused (the default ``keyless: refuse``), every
 write is seqno-guarded (replay-safe), and consistency checks read the Delta tables back.
@@ -18,11 +18,12 @@ from typing import Any, cast
 
 from consumers.warehouse.merge import HISTORY_META, MIRROR_META
 from consumers.warehouse.naming import path_safe
+from consumers.warehouse.storage import is_delta_table
 from stack.service import Service
 from stack.services.spark_connect import SparkConnect
 from stack.settings import RUN_DIR
 
-from ...sparks import canonical, delta_rows, live_session
+from ...sparks import canonical, connect_session, delta_rows
 from ..tables import Table
 from .base import Kind, Row
 
@@ -59,7 +60,6 @@ class WarehouseKind(Kind):
 
     def __init__(self, servers: dict[str, Service]) -> None:
         super().__init__(servers)
-        live_session()  # the test's reads of the Delta tables
         self.remote = cast(SparkConnect, servers["spark_connect"]).url
         self.location: Path | None = None
 
@@ -78,14 +78,11 @@ class WarehouseKind(Kind):
 
     def columns(self, schema: str, name: str) -> set[str] | None:
         """The Delta table's columns but the warehouse's own (``_seqno``...)."""
-        from delta.tables import DeltaTable
-
-        spark = live_session()
         path = self._path(schema, name)
-        if not DeltaTable.isDeltaTable(spark, path):
+        if not is_delta_table(connect_session(), path):
             return None
         own = {n for n, _ in (*MIRROR_META, *HISTORY_META)}
-        return {f.name for f in spark.read.format("delta").load(path).schema.fields
+        return {f.name for f in connect_session().read.format("delta").load(path).schema.fields
                 if f.name not in own}
 
     def rows(self, schema: str, table: Table) -> list[Row]:
@@ -109,9 +106,7 @@ class WarehouseKind(Kind):
 
     def tamper(self, schema: str, table: Table, key: int, column: str, value: Any) -> None:
         """One value changed in the Delta table (what a check would have to find)."""
-        from delta.tables import DeltaTable
-
         quoted = "`" + column.replace("`", "``") + "`"
         key_col = "`" + table.key[0].replace("`", "``") + "`"
-        DeltaTable.forPath(live_session(), self.path(schema, table)).update(
-            condition=f"{key_col} = {int(key)}", set={quoted: f"'{value}'"})
+        connect_session().sql(f"UPDATE delta.`{self.path(schema, table)}` SET {quoted} = "
+                              f"'{value}' WHERE {key_col} = {int(key)}").collect()
