@@ -32,6 +32,7 @@ from stack import process, services
 from stack.errors import StackError
 from stack.service import Service
 from stack.services.kafka import Kafka
+from thl_topics.admin import ThlTopicSpec, ensure_thl_topic
 from thl_topics.client import check_access
 from thl_topics.errors import KafkaAccessError
 
@@ -76,6 +77,16 @@ def zookeeper() -> Service:
 def kafka(zookeeper: Service) -> Service:
     # Kafka runs KRaft and needs no ZooKeeper; the replicator needs both, so start them together.
     return _serve("kafka")
+
+
+@pytest.fixture
+def thl_topic(kafka: Kafka) -> Iterator[str]:
+    """A new THL topic on the session's broker (the THL's settings), deleted afterwards."""
+    name = f"thl.t{uuid.uuid4().hex[:8]}"
+    admin = kafka.admin()
+    ensure_thl_topic(admin, ThlTopicSpec(name))
+    yield name
+    admin.delete_topics([name])[name].result(30)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,9 @@ def connect_session() -> SparkSession:
     """This process's session on the stack's Spark Connect server, in UTC (TIMESTAMP
     columns read back as UTC wall time); the server must be up (``spark_connect``)."""
     global _remote
-    if _remote is None or not alive(_remote):
+    # Made once: nothing stops it, and asking the server whether it lives would cost a
+    # round trip per read.
+    if _remote is None:
         from pyspark.sql.connect.session import SparkSession as RemoteSession
 
         from stack.services.spark_connect import SparkConnect

@@ -4,8 +4,6 @@ not taken for one."""
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -13,18 +11,8 @@ from confluent_kafka import TopicPartition
 from consumers.errors import TransientError
 from consumers.feed import ThlFeed
 from stack.services.kafka import Kafka
-from thl_topics.admin import ThlTopicSpec, ensure_thl_topic
 from thl_topics.event import Statement, ThlEvent
 from thl_topics.producer import ThlProducer
-
-
-@pytest.fixture
-def topic(kafka: Kafka) -> Iterator[str]:
-    name = f"thl.f{uuid.uuid4().hex[:8]}"
-    admin = kafka.admin()
-    ensure_thl_topic(admin, ThlTopicSpec(name))
-    yield name
-    admin.delete_topics([name])[name].result(30)
 
 
 def _publish(producer: ThlProducer, seqnos: range) -> None:
@@ -46,7 +34,9 @@ def _read(feed: ThlFeed, count: int) -> list[int]:
     return seqnos
 
 
-def test_a_consumer_that_stopped_fetching_ends_the_session(kafka: Kafka, topic: str) -> None:
+def test_a_consumer_that_stopped_fetching_ends_the_session(kafka: Kafka,
+                                                          thl_topic: str) -> None:
+    topic = thl_topic
     producer = ThlProducer(kafka.bootstrap, topic, f"t-{topic}")
     _publish(producer, range(3))
     feed = ThlFeed(kafka.bootstrap, topic, f"g-{topic}", stall_check_s=0.5)

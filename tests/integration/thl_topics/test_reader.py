@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
@@ -21,16 +20,9 @@ def _event(seqno: int, fragno: int = 0, last: bool = True) -> ThlEvent:
                     data=[Statement(f"-- {seqno}")])
 
 
-@pytest.fixture
-def topic(kafka: Kafka) -> Iterator[str]:
-    name = f"thl.t{uuid.uuid4().hex[:8]}"
-    admin = kafka.admin()
-    ensure_thl_topic(admin, ThlTopicSpec(name))
-    yield name
-    admin.delete_topics([name])[name].result(30)
-
-
-def test_offset_of_finds_every_seqno_across_markers_and_aborts(kafka: Kafka, topic: str) -> None:
+def test_offset_of_finds_every_seqno_across_markers_and_aborts(kafka: Kafka,
+                                                              thl_topic: str) -> None:
+    topic = thl_topic
     producer = ThlProducer(kafka.bootstrap, topic, f"t-{topic}")
     offsets_of_seqno: dict[int, int] = {}
     seqno = 0
