@@ -117,6 +117,21 @@ class _Rendering:
     around: tuple[str, str] | None
 
 
+@dataclass(frozen=True, slots=True)
+class CollapsePlan:
+    """How the row changes of one layout collapse (``BatchWriter.collapse_plan``)."""
+
+    #: The primary key's source column names, in key order.
+    key: tuple[str, ...]
+    #: The key's parameter names in after images (``v<i>``) and before images (``k<i>``).
+    after: list[str]
+    before: list[str]
+    #: The after images' column layout (``_names``).
+    names: tuple[tuple[str, bool], ...]
+    #: A BLOB, TEXT or JSON column may hold a value bound by the driver, not rendered.
+    large_columns: bool
+
+
 @dataclass
 class _Collapsing:
     """One table's collapsed changes of the open block, in one column layout."""
@@ -206,27 +221,34 @@ class BatchWriter:
 
     # -- set-based ------------------------------------------------------------------------
 
-    def collapse(self, target: TargetTable, key: tuple[str, ...], action: RowAction,
-                 columns: list[ColumnSpec], keys: list[ColumnSpec], params: list[Params]
-                 ) -> int:
-        """Collapse a row change's rows into its table's net effects by primary key
-        (``key``: its columns, in order); how many rows were taken (the rest, from the
-        first one that cannot be collapsed, go in order; all of them where a value is
-        bound by the driver, not rendered)."""
-        if _holds_large_value(columns, keys, params):
+    @staticmethod
+    def collapse_plan(key: tuple[str, ...], columns: list[ColumnSpec],
+                      keys: list[ColumnSpec]) -> CollapsePlan:
+        """How changes of one layout collapse by primary key ``key`` (its columns, in
+        order)."""
+        return CollapsePlan(key, _positions(key, columns, "v"), _positions(key, keys, "k"),
+                            _names(columns),
+                            any(c.blob or c.type.upper() == "JSON" for c in (*columns, *keys)))
+
+    def collapse(self, target: TargetTable, plan: CollapsePlan, action: RowAction,
+                 columns: list[ColumnSpec], params: list[Params]) -> int:
+        """Collapse a row change's rows into its table's net effects by primary key; how
+        many rows were taken (the rest, from the first one that cannot be collapsed, go in
+        order; all of them where a value is bound by the driver, not rendered)."""
+        if plan.large_columns and _large_value(params):
             return 0
         self.close_batch()
         table = (target.qualified, id(target))
         held = self.collapsed.get(table)
-        if held is not None and columns and held.columns and \
-                _names(held.columns) != _names(columns):
+        if held is not None and columns and held.columns and held.columns is not columns \
+                and _names(held.columns) != plan.names:
             self.emit_collapsed()  # images of another column layout: those first
             held = None
         if held is None:
-            held = self.collapsed[table] = _Collapsing(target, key, columns, TableChanges())
+            held = self.collapsed[table] = _Collapsing(target, plan.key, columns, TableChanges())
         held.columns = held.columns or columns
-        after = _positions(key, columns, "v")
-        before = _positions(key, keys, "k")
+        after = plan.after
+        before = plan.before
         changes = held.changes
         for taken, row in enumerate(params):
             try:
@@ -534,6 +556,11 @@ def _holds_large_value(columns: list[ColumnSpec], keys: list[ColumnSpec],
     BLOB, TEXT or JSON column are looked into: other columns hold 64 KiB at most)."""
     if not any(c.blob or c.type.upper() == "JSON" for c in (*columns, *keys)):
         return False
+    return _large_value(rows)
+
+
+def _large_value(rows: list[dict[str, object]]) -> bool:
+    """True if one of ``rows`` has a value above LARGE_VALUE_BYTES."""
     for params in rows:
         for value in params.values():
             if isinstance(value, (bytes, str)) and len(value) > LARGE_VALUE_BYTES:

@@ -37,7 +37,7 @@ class Unexplained(NotCollapsed):
     """A change contradicts the key's earlier changes in the block."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Net:
     """One key's net effect in the block."""
 
@@ -115,7 +115,7 @@ class TableChanges:
 
 
 def _key(row: Params, names: Sequence[str]) -> Key:
-    key = tuple(row[n] for n in names)
+    key = (row[names[0]],) if len(names) == 1 else tuple([row[n] for n in names])
     try:
         hash(key)
     except TypeError as exc:

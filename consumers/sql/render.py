@@ -29,7 +29,7 @@ Literal = Callable[[object], str]
 class Template:
     """A statement's text cut at its parameters, rendered with each row's values."""
 
-    __slots__ = ("names", "pieces")
+    __slots__ = ("form", "names", "pieces")
 
     def __init__(self, sql: str, order: Sequence[str] | None = None) -> None:
         """``sql``: the driver's text (``%(name)s`` or ``%s`` parameters, ``%%`` for %);
@@ -58,15 +58,12 @@ class Template:
         self.pieces: tuple[str, ...] = tuple(pieces)
         #: Each parameter's name, or its position (positional style without ``order``).
         self.names: tuple[Any, ...] = tuple(names)
+        #: The pieces as one %-format of the literals (one C call a row, not a loop).
+        self.form = "%s".join(p.replace("%", "%%") for p in pieces)
 
     def render(self, params: Mapping[str, object] | Sequence[object], literal: Literal) -> str:
         """The text with ``params`` (a mapping by name, or a sequence by position) in it."""
-        pieces = self.pieces
-        out = [pieces[0]]
-        for i, name in enumerate(self.names):
-            out.append(literal(params[name]))
-            out.append(pieces[i + 1])
-        return "".join(out)
+        return self.form % tuple([literal(params[name]) for name in self.names])
 
 
 def postgresql_literal(cursor: Any) -> Literal:

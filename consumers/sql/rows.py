@@ -13,24 +13,56 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
 from consumers.errors import DataError
 from consumers.metrics import ConsumerMetrics
-from consumers.sql.batches import Batch, BatchWriter
+from consumers.sql.batches import Batch, BatchWriter, CollapsePlan
 from consumers.sql.context import TargetContext
-from consumers.sql.statements import TargetTable, bind_rows
+from consumers.sql.statements import Binder, TargetTable, bind_rows, binder
 from consumers.sql.tables import TargetTables
 from consumers.sql.types import RowAdapter, ValuePolicy, ValueRefused, row_adapter
-from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent
+from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent, ThlValue
 
 #: The applier's log: these lines were always the applier's, and are filtered by its name.
 log = logging.getLogger("consumers.sql.applier")
 
 #: A value policy's warning for one table column is logged at most this often.
 _WARN_EVERY_S = 60.0
+#: Row change layouts kept at most (a reader that builds new spec lists per event, as
+#: fastavro's does for older THL versions, would otherwise grow them without end).
+_LAYOUTS = 256
+#: A layout whose collapse plan was not asked for yet.
+_UNKNOWN = object()
+
+
+def _never(row: Sequence[ThlValue]) -> list[object]:
+    raise AssertionError("a layout with missing columns adapts no row")
+
+
+@dataclass(slots=True)
+class _Layout:
+    """What the row changes of one table and spec layout need, worked out once."""
+
+    columns: list[ColumnSpec]
+    keys: list[ColumnSpec]
+    #: Every column of the images (``_image_specs``).
+    images: list[ColumnSpec]
+    target: TargetTable
+    #: Image columns the target table lacks (the change cannot be applied).
+    missing: list[str]
+    after: RowAdapter
+    before: RowAdapter
+    bind: Binder
+    #: The images have a primary key.
+    keyed: bool
+    #: ``TargetTables.generation`` when ``target`` was last found to be the bound table.
+    generation: int
+    #: How the changes collapse (None: they do not; ``_UNKNOWN``: not asked yet).
+    collapse: object = _UNKNOWN
 
 
 class RowWriter:
@@ -44,6 +76,7 @@ class RowWriter:
         self._tables = tables
         self._batches = batches
         self._adapters: dict[tuple[object, ...], RowAdapter] = {}
+        self._layouts: dict[tuple[object, ...], _Layout] = {}
         #: Values the policy changed in the open block, by (kind, table, column).
         self._changed: Counter[tuple[str, str, str]] = Counter()
         self._warned: dict[tuple[str, str, str], float] = {}
@@ -56,6 +89,7 @@ class RowWriter:
     def forget(self) -> None:
         """The value adapters go with the tables they were made for."""
         self._adapters.clear()
+        self._layouts.clear()
 
     def new_block(self) -> None:
         """A block begins: nothing changed by the policy yet."""
@@ -82,16 +116,16 @@ class RowWriter:
     def add(self, change: RowChange, event: ThlEvent, idempotent: bool = False) -> None:
         """A row change's rows into the batches (``idempotent``: its table is being
         provisioned)."""
-        specs = _image_specs(change)
-        target = self._tables.get(change, specs, event.seqno)
-        missing = [c.name for c in specs if c.name not in target.types]
-        if missing:
+        layout = self._layout(change, event.seqno)
+        target = layout.target
+        if layout.missing:
             raise DataError(f"{target.qualified} on {self.ctx.target} has no column(s) "
-                            f"{', '.join(missing)} (seqno {event.seqno})", seqno=event.seqno)
+                            f"{', '.join(layout.missing)} (seqno {event.seqno})",
+                            seqno=event.seqno)
         try:
-            adapted = self._adapter(target, change.column_specs)
+            adapted = layout.after
             after = [adapted(r) for r in change.column_values]
-            adapted = self._adapter(target, change.key_specs)
+            adapted = layout.before
             before = [adapted(r) for r in change.key_values]
         except ValueRefused as exc:
             raise DataError(f"{self.ctx.target}: {target.qualified}, column {exc.column}, seqno "
@@ -102,18 +136,21 @@ class RowWriter:
         if self.policy is not None and self.policy.changed:
             for (kind, column), count in self.policy.collect().items():
                 self._changed[kind, target.qualified, column] += count
-        if idempotent and any(c.primary_key for c in specs):
+        if idempotent and layout.keyed:
             self._idempotent(target, change, after, before)
             return
-        params = bind_rows(change.action, after, before, change.key_specs)
-        key = self._tables.collapsible(target, change.column_specs, change.key_specs) \
-            if not idempotent and self._batches.collapsing() else None
-        if key is not None:
-            taken = self._batches.collapse(target, key, change.action, change.column_specs,
-                                           change.key_specs, params)
-            if taken == len(params):
-                return
-            params = params[taken:]  # from a key move on, in order
+        params = layout.bind(after, before)
+        if not idempotent and self._batches.collapsing():
+            if layout.collapse is _UNKNOWN:
+                key = self._tables.collapsible(target, change.column_specs, change.key_specs)
+                layout.collapse = None if key is None else self._batches.collapse_plan(
+                    key, change.column_specs, change.key_specs)
+            if isinstance(layout.collapse, CollapsePlan):
+                taken = self._batches.collapse(target, layout.collapse, change.action,
+                                               change.column_specs, params)
+                if taken == len(params):
+                    return
+                params = params[taken:]  # from a key move on, in order
         if idempotent:
             # No key: the row may not be there yet; the table's chunk will set it right.
             self._batches.flush()
@@ -122,6 +159,35 @@ class RowWriter:
             return
         self._batches.add(Batch(target, change.action, change.column_specs, change.key_specs,
                                 params))
+
+    def _layout(self, change: RowChange, seqno: int) -> _Layout:
+        """What this row change's table and spec layout need (worked out once per layout:
+        the THL reader hands out one list of specs per table shape, so the lists' identity
+        names the layout; the entry holds them, so no other list can take their ids)."""
+        found = self._layouts.get((id(change.column_specs), id(change.key_specs),
+                                   change.action, change.schema, change.table))
+        if found is not None and found.columns is change.column_specs \
+                and found.keys is change.key_specs:
+            if found.generation == self._tables.generation:
+                return found  # no table was bound anew since
+            # Some table was (a DDL, an evolved table): this one may be the same.
+            if self._tables.get(change, found.images, seqno) is found.target:
+                found.generation = self._tables.generation
+                return found
+        images = _image_specs(change)
+        target = self._tables.get(change, images, seqno)
+        missing = [c.name for c in images if c.name not in target.types]
+        if len(self._layouts) >= _LAYOUTS:
+            self._layouts.clear()
+        found = _Layout(
+            change.column_specs, change.key_specs, images, target, missing,
+            self._adapter(target, change.column_specs) if not missing else _never,
+            self._adapter(target, change.key_specs) if not missing else _never,
+            binder(change.action, change.key_specs), any(c.primary_key for c in images),
+            self._tables.generation)
+        self._layouts[(id(change.column_specs), id(change.key_specs), change.action,
+                       change.schema, change.table)] = found
+        return found
 
     def _adapter(self, target: TargetTable, specs: Sequence[ColumnSpec]
                  ) -> RowAdapter:

@@ -9,7 +9,8 @@ source changed exactly one of them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -131,20 +132,57 @@ def statement_for(builder: RowStatements, target: TargetTable, action: RowAction
     return builder.delete(target, keys)
 
 
+Binder = Callable[[Sequence[Sequence[object]], Sequence[Sequence[object]]],
+                  list[dict[str, object]]]
+"""Adapted rows (after images, before images) to executemany parameters."""
+
+#: Parameter names by column position, made once, not per value (MySQL allows 4096
+#: columns a table).
+_AFTER_NAMES = tuple(f"v{i}" for i in range(4096))
+_KEY_NAMES = tuple(f"k{i}" for i in range(4096))
+
+
+def _param_names(names: tuple[str, ...], prefix: str, count: int) -> Sequence[str]:
+    """At least ``count`` parameter names (zipped with a row, the row's own count)."""
+    return names if count <= len(names) else [f"{prefix}{i}" for i in range(count)]
+
+
+def binder(action: RowAction, keys: Sequence[ColumnSpec]) -> Binder:
+    """``bind_rows`` for one action and key layout, its choices made once."""
+    has_pk = any(c.primary_key for c in keys)
+    key_index = [i for i, c in enumerate(keys) if c.primary_key or not has_pk]
+    key_names = [_param_names(_KEY_NAMES, "k", len(keys))[i] for i in key_index]
+    pick = operator.itemgetter(*key_index) if len(key_index) > 1 else None
+
+    def key_params(row: Sequence[object]) -> Iterator[tuple[str, object]]:
+        if pick is not None:
+            return zip(key_names, pick(row), strict=True)
+        return zip(key_names, [row[key_index[0]]] if key_index else [], strict=True)
+
+    if action is RowAction.INSERT:
+        def bind(after: Sequence[Sequence[object]], before: Sequence[Sequence[object]]
+                 ) -> list[dict[str, object]]:
+            names = _param_names(_AFTER_NAMES, "v", max(map(len, after), default=0))
+            return [dict(zip(names, row, strict=False)) for row in after]
+    elif action is RowAction.DELETE:
+        def bind(after: Sequence[Sequence[object]], before: Sequence[Sequence[object]]
+                 ) -> list[dict[str, object]]:
+            return [dict(key_params(row)) for row in before]
+    else:
+        def bind(after: Sequence[Sequence[object]], before: Sequence[Sequence[object]]
+                 ) -> list[dict[str, object]]:
+            names = _param_names(_AFTER_NAMES, "v", max(map(len, after), default=0))
+            out = []
+            for new, old in zip(after, before, strict=True):
+                params = dict(zip(names, new, strict=False))
+                params.update(key_params(old))
+                out.append(params)
+            return out
+    return bind
+
+
 def bind_rows(action: RowAction, after: Sequence[Sequence[object]],
               before: Sequence[Sequence[object]], keys: Sequence[ColumnSpec],
               ) -> list[dict[str, object]]:
     """executemany parameters for adapted rows (``v<i>`` after, ``k<i>`` before)."""
-    has_pk = any(c.primary_key for c in keys)
-    key_index = [i for i, c in enumerate(keys) if c.primary_key or not has_pk]
-    out: list[dict[str, object]] = []
-    count = max(len(after), len(before))
-    for r in range(count):
-        params: dict[str, object] = {}
-        if action is not RowAction.DELETE:
-            params.update({f"v{i}": v for i, v in enumerate(after[r])})
-        if action is not RowAction.INSERT:
-            row = before[r]
-            params.update({f"k{i}": row[i] for i in key_index})
-        out.append(params)
-    return out
+    return binder(action, keys)(after, before)

@@ -60,26 +60,33 @@ class TargetTables:
         self._run_ddl = run_ddl
         self.names = names
         self._tables: dict[tuple[str, str], TargetTable] = {}
+        #: Moves on whenever a table is bound anew or forgotten: what was worked out for
+        #: a bound table (``RowWriter``'s layouts) holds while it stays the same.
+        self.generation = 0
         #: Tables whose triggers were reported (once per process).
         self._trigger_checked: set[tuple[str, str]] = set()
 
     def clear(self) -> None:
         """Forget every table (reflected again when next used)."""
         self._tables.clear()
+        self.generation += 1
 
     def get(self, change: RowChange, specs: Sequence[ColumnSpec], seqno: int) -> TargetTable:
         """The target table of a row change (made or evolved with ``create_tables``)."""
         key = (change.schema, change.table)
-        found = self._tables.get(key)
+        known = found = self._tables.get(key)
         # Bound columns are keyed by source name: only a column not bound yet (a new one,
         # or one whose cut name this process has not met) needs the naming rule again.
         if found is None or (self.names.rule is not None
                              and any(s.name not in found.types for s in specs)):
             aliases = self._named(lambda: self.names.aliases(specs), key, seqno) \
                 if self.names.rule is not None else {}
-            found = self._tables[key] = self._bind(key, specs, aliases, found, seqno)
+            found = self._bind(key, specs, aliases, found, seqno)
         if self.create_tables:
-            found = self._tables[key] = self._evolve(found, specs, seqno)
+            found = self._evolve(found, specs, seqno)
+        if found is not known:
+            self._tables[key] = found
+            self.generation += 1
         return found
 
     def _bind(self, key: tuple[str, str], specs: Sequence[ColumnSpec],

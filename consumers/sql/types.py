@@ -415,8 +415,17 @@ def row_adapter(specs: Sequence[ColumnSpec], targets: Sequence[SqlType], dialect
         else:
             passes.append(_STR_NO_NUL if policy is not None and policy.checks_nul else _STR)
     columns = list(zip(passes, specs, targets, strict=True))
+    # Where every column passes an int or a str as it is, a row of only those (no NULL)
+    # is recognised by its types alone: one comparison, no loop over the values (and a
+    # look for U+0000 in the strings that must not hold it).
+    plain = tuple(int if p == _INT else str for p in passes) \
+        if all(p != _ANY for p in passes) else None
+    no_nul = [i for i, p in enumerate(passes) if p == _STR_NO_NUL]
 
     def adapted(row: Sequence[ThlValue]) -> list[object]:
+        if plain is not None and tuple(map(type, row)) == plain and (not no_nul or not any(
+                "\x00" in row[i] for i in no_nul)):  # type: ignore[operator]
+            return list(row)
         out: list[object] = []
         for raw, (passing, spec, target) in zip(row, columns, strict=True):
             if raw is None or (type(raw) is int and passing == _INT) or (isinstance(raw, str) and (

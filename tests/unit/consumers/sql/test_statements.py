@@ -63,3 +63,18 @@ def test_bind_rows_uses_the_key_or_the_whole_before_image() -> None:
     assert bind_rows(RowAction.DELETE, [], before, NO_PK) == [
         {"k0": 1, "k1": "b", "k2": "x"}]
     assert bind_rows(RowAction.INSERT, after, [], PK) == [{"v0": 1, "v1": "a", "v2": None}]
+
+
+def test_bind_rows_takes_a_composite_key_in_its_column_order() -> None:
+    keys = [ColumnSpec(0, "a", "INT", primary_key=True), ColumnSpec(1, "x", "INT"),
+            ColumnSpec(2, "b", "INT", primary_key=True)]
+    before = [[1, 2, 3], [4, None, 6]]
+    after = [[1, 20, 3], [4, 50, 6]]
+    assert bind_rows(RowAction.DELETE, [], before, keys) == [
+        {"k0": 1, "k2": 3}, {"k0": 4, "k2": 6}]
+    assert bind_rows(RowAction.UPDATE, after, before, keys) == [
+        {"v0": 1, "v1": 20, "v2": 3, "k0": 1, "k2": 3},
+        {"v0": 4, "v1": 50, "v2": 6, "k0": 4, "k2": 6}]
+    # Rows of another length than the specs' name their own values.
+    assert bind_rows(RowAction.INSERT, [[1], [1, 2, 3, 4]], [], keys) == [
+        {"v0": 1}, {"v0": 1, "v1": 2, "v2": 3, "v3": 4}]
