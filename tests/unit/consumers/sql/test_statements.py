@@ -68,8 +68,8 @@ def test_bind_rows_uses_the_key_or_the_whole_before_image() -> None:
 def test_bind_rows_takes_a_composite_key_in_its_column_order() -> None:
     keys = [ColumnSpec(0, "a", "INT", primary_key=True), ColumnSpec(1, "x", "INT"),
             ColumnSpec(2, "b", "INT", primary_key=True)]
-    before = [[1, 2, 3], [4, None, 6]]
-    after = [[1, 20, 3], [4, 50, 6]]
+    before: list[list[object]] = [[1, 2, 3], [4, None, 6]]
+    after: list[list[object]] = [[1, 20, 3], [4, 50, 6]]
     assert bind_rows(RowAction.DELETE, [], before, keys) == [
         {"k0": 1, "k2": 3}, {"k0": 4, "k2": 6}]
     assert bind_rows(RowAction.UPDATE, after, before, keys) == [

@@ -249,10 +249,12 @@ def test_row_adapter_of_integer_and_text_columns_passes_rows_by_their_types(
         dialect: str) -> None:
     # Every column passes ints or strs as they are: such rows skip the per-value loop.
     specs = [_spec("i", "INT"), TEXT, _spec("big", "BIGINT", unsigned=True)]
-    targets = [sa.Integer(), sa.Text(), sa.Numeric(20)]
+    targets: list[Any] = [sa.Integer(), sa.Text(), sa.Numeric(20)]
     adapted = row_adapter(specs, targets, dialect, None)
-    for row in ([1, "a", 2], [None, "b", 3], [True, "c", 4], ["17", "d", 5], [6, 7, 8],
-                [2**70, "e\x00", 2**64 - 1], [9, "f", "18446744073709551615"]):
+    rows: list[list[ThlValue]] = [
+        [1, "a", 2], [None, "b", 3], [True, "c", 4], ["17", "d", 5], [6, 7, 8],
+        [2**70, "e\x00", 2**64 - 1], [9, "f", "18446744073709551615"]]
+    for row in rows:
         by_row = adapt_row(row, specs, targets, dialect, None)
         got = adapted(row)
         assert got == by_row, (dialect, row)
@@ -264,7 +266,7 @@ def test_row_adapter_of_integer_and_text_columns_passes_rows_by_their_types(
 def test_row_adapter_looks_for_nul_in_the_strings_of_a_plain_row() -> None:
     # PostgreSQL's text holds no U+0000: a plain row with one goes the policy's way.
     specs = [_spec("i", "INT"), TEXT]
-    targets = [sa.Integer(), sa.Text()]
+    targets: list[Any] = [sa.Integer(), sa.Text()]
     for nul in ("strip", "error"):
         policy = policy_for("postgresql", "null", nul)
         adapted = row_adapter(specs, targets, "postgresql", policy)
