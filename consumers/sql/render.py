@@ -29,7 +29,7 @@ Literal = Callable[[object], str]
 class Template:
     """A statement's text cut at its parameters, rendered with each row's values."""
 
-    __slots__ = ("form", "names", "pieces")
+    __slots__ = ("form", "names")
 
     def __init__(self, sql: str, order: Sequence[str] | None = None) -> None:
         """``sql``: the driver's text (``%(name)s`` or ``%s`` parameters, ``%%`` for %);
@@ -54,11 +54,10 @@ class Template:
             position += 1
         text.append(sql[at:])
         pieces.append("".join(text))
-        #: The text before each parameter, and after the last one.
-        self.pieces: tuple[str, ...] = tuple(pieces)
         #: Each parameter's name, or its position (positional style without ``order``).
         self.names: tuple[Any, ...] = tuple(names)
-        #: The pieces as one %-format of the literals (one C call a row, not a loop).
+        #: The text before each parameter and after the last one, as one %-format of the
+        #: parameters' literals (one C call a row, not a loop).
         self.form = "%s".join(p.replace("%", "%%") for p in pieces)
 
     def render(self, params: Mapping[str, object] | Sequence[object], literal: Literal) -> str:

@@ -25,7 +25,7 @@ from consumers.sql.context import TargetContext
 from consumers.sql.statements import Binder, TargetTable, bind_rows, binder
 from consumers.sql.tables import TargetTables
 from consumers.sql.types import RowAdapter, ValuePolicy, ValueRefused, row_adapter
-from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent, ThlValue
+from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent
 
 #: The applier's log: these lines were always the applier's, and are filtered by its name.
 log = logging.getLogger("consumers.sql.applier")
@@ -39,10 +39,6 @@ _LAYOUTS = 256
 _UNKNOWN = object()
 
 
-def _never(row: Sequence[ThlValue]) -> list[object]:
-    raise AssertionError("a layout with missing columns adapts no row")
-
-
 @dataclass(slots=True)
 class _Layout:
     """What the row changes of one table and spec layout need, worked out once."""
@@ -52,8 +48,6 @@ class _Layout:
     #: Every column of the images (``_image_specs``).
     images: list[ColumnSpec]
     target: TargetTable
-    #: Image columns the target table lacks (the change cannot be applied).
-    missing: list[str]
     after: RowAdapter
     before: RowAdapter
     bind: Binder
@@ -118,15 +112,9 @@ class RowWriter:
         provisioned)."""
         layout = self._layout(change, event.seqno)
         target = layout.target
-        if layout.missing:
-            raise DataError(f"{target.qualified} on {self.ctx.target} has no column(s) "
-                            f"{', '.join(layout.missing)} (seqno {event.seqno})",
-                            seqno=event.seqno)
         try:
-            adapted = layout.after
-            after = [adapted(r) for r in change.column_values]
-            adapted = layout.before
-            before = [adapted(r) for r in change.key_values]
+            after = [layout.after(r) for r in change.column_values]
+            before = [layout.before(r) for r in change.key_values]
         except ValueRefused as exc:
             raise DataError(f"{self.ctx.target}: {target.qualified}, column {exc.column}, seqno "
                             f"{event.seqno}: {exc}", seqno=event.seqno) from exc
@@ -164,8 +152,9 @@ class RowWriter:
         """What this row change's table and spec layout need (worked out once per layout:
         the THL reader hands out one list of specs per table shape, so the lists' identity
         names the layout; the entry holds them, so no other list can take their ids)."""
-        found = self._layouts.get((id(change.column_specs), id(change.key_specs),
-                                   change.action, change.schema, change.table))
+        key = (id(change.column_specs), id(change.key_specs), change.action, change.schema,
+               change.table)
+        found = self._layouts.get(key)
         if found is not None and found.columns is change.column_specs \
                 and found.keys is change.key_specs:
             if found.generation == self._tables.generation:
@@ -177,16 +166,16 @@ class RowWriter:
         images = _image_specs(change)
         target = self._tables.get(change, images, seqno)
         missing = [c.name for c in images if c.name not in target.types]
+        if missing:
+            raise DataError(f"{target.qualified} on {self.ctx.target} has no column(s) "
+                            f"{', '.join(missing)} (seqno {seqno})", seqno=seqno)
         if len(self._layouts) >= _LAYOUTS:
             self._layouts.clear()
-        found = _Layout(
-            change.column_specs, change.key_specs, images, target, missing,
-            self._adapter(target, change.column_specs) if not missing else _never,
-            self._adapter(target, change.key_specs) if not missing else _never,
+        found = self._layouts[key] = _Layout(
+            change.column_specs, change.key_specs, images, target,
+            self._adapter(target, change.column_specs), self._adapter(target, change.key_specs),
             binder(change.action, change.key_specs), any(c.primary_key for c in images),
             self._tables.generation)
-        self._layouts[(id(change.column_specs), id(change.key_specs), change.action,
-                       change.schema, change.table)] = found
         return found
 
     def _adapter(self, target: TargetTable, specs: Sequence[ColumnSpec]
