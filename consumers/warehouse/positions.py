@@ -47,6 +47,38 @@ CONSISTENCY = (
     "group_name STRING, seqno BIGINT, result STRING")
 
 
+_COLUMNS = [c.split()[0] for c in COMMIT_SEQNO.split(", ")]
+
+
+def _commit_seqno(position: Position | None, task_id: int, generation: int
+                  ) -> tuple[Any, ...]:
+    """The ``trep_commit_seqno`` row of ``position`` (None: a cleared position), its times
+    aware (a naive one would be taken as the Python process's local time)."""
+    now = dt.datetime.now(dt.UTC)
+    if position is None:
+        return (task_id, None, None, None, None, None, None, None, now, None, None, None,
+                generation)
+    source = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(
+        microseconds=position.tstamp)
+    latency = max(0, int((now - source).total_seconds()))
+    return (task_id, position.seqno, position.fragno, "1" if position.last_frag else "0",
+            position.source_id, position.epoch, position.event_id, latency, now,
+            position.shard_id, source, None, generation)
+
+
+def _literal(value: Any) -> str:
+    """A Spark SQL literal of a ``trep_commit_seqno`` value (timestamps are UTC: the
+    session's time zone is forced to UTC)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, dt.datetime):
+        utc = value.astimezone(dt.UTC).replace(tzinfo=None)
+        return f"TIMESTAMP '{utc.isoformat(sep=' ')}'"
+    if isinstance(value, int):
+        return str(value)
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 @dataclass(frozen=True)
 class Stored:
     """What ``trep_commit_seqno`` holds for a task."""
@@ -102,25 +134,25 @@ class DeltaTracking:
                 task_id: int = 0) -> bool:
         """Move the position from ``expected`` to ``position`` (None: clear it), with
         ``generation``; False if the stored seqno is not ``expected`` (nothing written)."""
-        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-        if position is not None:
-            source = dt.datetime(1970, 1, 1) + dt.timedelta(  # noqa: DTZ001
-                microseconds=position.tstamp)
-            latency = max(0, int((now - source).total_seconds()))
-            values: tuple[Any, ...] = (
-                task_id, position.seqno, position.fragno, "1" if position.last_frag else "0",
-                position.source_id, position.epoch, position.event_id, latency, now,
-                position.shard_id, source, None, generation)
-        else:
-            values = (task_id, None, None, None, None, None, None, None, now, None, None,
-                      None, generation)
+        values = _commit_seqno(position, task_id, generation)
+        if expected is not None:
+            # An UPDATE guarded by the expected seqno: one Delta commit like a MERGE's, at
+            # about half its cost (no join with a source; measured 0.75 s against 1.3 s a
+            # block on local[2]), and the same conflict with a concurrent writer.
+            sets = ", ".join(f"{name} = {_literal(value)}"
+                             for name, value in zip(_COLUMNS, values, strict=True)
+                             if name != "task_id")
+            sql = (f"UPDATE {self.ref('trep_commit_seqno')} SET {sets} "
+                   f"WHERE task_id = {int(task_id)} AND seqno = {int(expected)}")
+            self._plain()
+            done = self.spark.sql(sql).collect()
+            return bool(done) and int(done[0]["num_affected_rows"]) == 1
+        # No position yet: the task's row may be missing (a new table, or a reset).
         view = f"tungsten_position_{uuid.uuid4().hex}"
         self.spark.createDataFrame([values], COMMIT_SEQNO).createOrReplaceTempView(view)
-        guard = "t.seqno IS NULL" if expected is None else f"t.seqno = {int(expected)}"
         sql = (f"MERGE INTO {self.ref('trep_commit_seqno')} t USING {view} s "
-               f"ON t.task_id = s.task_id WHEN MATCHED AND {guard} THEN UPDATE SET *")
-        if expected is None:
-            sql += " WHEN NOT MATCHED THEN INSERT *"
+               "ON t.task_id = s.task_id WHEN MATCHED AND t.seqno IS NULL THEN UPDATE SET * "
+               "WHEN NOT MATCHED THEN INSERT *")
         try:
             self._plain()
             done = self.spark.sql(sql).collect()

@@ -1,0 +1,52 @@
+"""The warehouse's ``trep_commit_seqno`` in Delta: the compare-and-set of each block's
+position, on the stack's Spark Connect server."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from consumers.position import Position
+from consumers.warehouse.positions import DeltaTracking, Stored
+
+from ..sparks import connect_session, delta_rows
+
+#: Values a SQL literal must carry exactly: quotes, backslashes, unicode.
+AWKWARD = "it's a \\'shard\\' ü \\\\ end\\"
+
+
+def test_position_moves_only_from_the_expected_seqno_with_every_value(
+        tmp_path: Path, spark_connect: Any) -> None:
+    base = f"file://{tmp_path}/tracking"
+    tracking = DeltaTracking(connect_session(), base)
+    tracking.create()
+    assert tracking.read() == Stored(None, 0)
+    assert tracking.advance(None, None, 3)  # a reset: the row, cleared, in generation 3
+    assert tracking.read() == Stored(None, 3)
+    stamp = 1_700_000_000_123_456
+    first = Position(seqno=7, epoch=2, event_id="mysql-bin.000001:0000000000000456;-1",
+                     source_id="db-1", shard_id=AWKWARD, tstamp=stamp)
+    second = Position(seqno=2**63 - 1, epoch=2**40, event_id=f"x'{AWKWARD}",
+                      source_id=AWKWARD, fragno=3, last_frag=False, shard_id="",
+                      tstamp=stamp + 1)
+    assert not tracking.advance(first, 6, 3)  # the stored seqno is NULL, not 6
+    for position, expected, generation in ((first, None, 3), (second, 7, 4)):
+        before = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        assert tracking.advance(position, expected, generation)
+        after = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        # Read back without the commit time, which trep_commit_seqno keeps apart.
+        assert tracking.read() == Stored(replace(position, tstamp=0), generation)
+        rows = delta_rows(f"{base}/trep_commit_seqno",
+                          ["task_id", "last_frag", "extract_timestamp", "update_timestamp",
+                           "applied_latency", "connection_id"])
+        assert len(rows) == 1
+        task, last_frag, extracted, updated, latency, connection = rows[0]
+        assert (task, last_frag, connection) == (0, "1" if position.last_frag else "0", None)
+        assert extracted == dt.datetime(1970, 1, 1) + dt.timedelta(
+            microseconds=position.tstamp)
+        assert before <= updated <= after  # UTC wall time, whatever the process's zone
+        assert latency == int((updated - extracted).total_seconds())
+        assert not tracking.advance(second, None, 3)  # a seqno is stored now
+        assert not tracking.advance(second, 8, 3)
