@@ -30,6 +30,7 @@ Files left for an external loader, or kept as a change history, keep every opera
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,8 +41,14 @@ from urllib.parse import urlparse
 from consumers.provisioning import chunk_of
 from consumers.warehouse import storage
 from consumers.warehouse.naming import path_safe
-from consumers.warehouse.types import ZeroDate, commit_time_text, staged_text
+from consumers.warehouse.types import (
+    BINARY_TYPES,
+    ZeroDate,
+    commit_time_text,
+    staged_text,
+)
 from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent
+from thl_topics.values import incomplete_date
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -55,10 +62,45 @@ class StagingError(ValueError):
     """A value that cannot be staged; the message names the column."""
 
 
-def layout_of(specs: list[ColumnSpec]) -> tuple[tuple[str, str, int, int, bool, bool], ...]:
+Layout = tuple[tuple[str, str, int, int, bool, bool], ...]
+#: Value types whose text is ``str(value)`` in a column that is neither binary nor a date
+#: (``types.staged_text``); None is NULL's empty field.
+_PLAIN = frozenset({int, str, float, type(None)})
+#: Characters a field cannot hold unquoted, or that mark NULL: a line holding one is
+#: made field by field.
+_SPECIAL = re.compile('["\n\r' + NULL_MARK[0] + "]")
+#: Spec lists whose shapes are kept (the THL's compiled reader hands out one list per
+#: table shape; fastavro's path for older THL versions makes new ones per event).
+_SHAPES = 256
+
+
+def layout_of(specs: list[ColumnSpec]) -> Layout:
     """What makes two row changes of a table share a staging file."""
     return tuple((c.name, c.type.upper(), c.length, c.scale, c.unsigned, c.primary_key)
                  for c in specs)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What staging needs of one spec list, worked out once."""
+
+    specs: list[ColumnSpec]
+    layout: Layout
+    #: Positions of the primary key's columns.
+    key: tuple[int, ...]
+    #: Positions of DATE, DATETIME and TIMESTAMP columns (zero dates go field by field).
+    dates: tuple[int, ...]
+    #: A binary column: every value goes field by field (base64).
+    binary: bool
+
+    @classmethod
+    def of(cls, specs: list[ColumnSpec]) -> _Shape:
+        kinds = [c.type.upper() for c in specs]
+        return cls(specs, layout_of(specs),
+                   tuple(i for i, c in enumerate(specs) if c.primary_key),
+                   tuple(i for i, k in enumerate(kinds)
+                         if k in ("DATE", "DATETIME", "TIMESTAMP")),
+                   any(k in BINARY_TYPES for k in kinds))
 
 
 @dataclass
@@ -90,6 +132,12 @@ class Segment:
     key_range: tuple[int, int] | None = None
     #: False once a key value is not an integer: no range.
     ranged: bool = True
+    #: ``layout_of(columns)``, worked out once.
+    layout: Layout = ()
+
+    def __post_init__(self) -> None:
+        if not self.layout:
+            self.layout = layout_of(self.columns)
 
     @property
     def keys_between(self) -> tuple[int, int] | None:
@@ -130,6 +178,17 @@ class BatchStager:
         self._row = 0
         self._seqno = -1
         self.rows = 0
+        #: Shapes by the identity of their spec list (the entry holds the list, so its id
+        #: is not reused while the entry lives).
+        self._shapes: dict[int, _Shape] = {}
+
+    def _shape(self, specs: list[ColumnSpec]) -> _Shape:
+        shape = self._shapes.get(id(specs))
+        if shape is None or shape.specs is not specs:
+            if len(self._shapes) >= _SHAPES:
+                self._shapes.clear()
+            shape = self._shapes[id(specs)] = _Shape.of(specs)
+        return shape
 
     def clear(self) -> None:
         """Forget every segment (after they were written, or on rollback)."""
@@ -156,8 +215,9 @@ class BatchStager:
         specs = change.column_specs or change.key_specs
         name = (change.schema, change.table)
         seg = self._open.get(name)
-        if fresh or seg is None or layout_of(seg.columns) != layout_of(specs):
-            seg = Segment(change.schema, change.table, list(specs), low=seqno, truncate=fresh)
+        if fresh or seg is None or seg.layout != self._shape(specs).layout:
+            seg = Segment(change.schema, change.table, list(specs), low=seqno, truncate=fresh,
+                          layout=self._shape(specs).layout)
             if self.collapse and seg.key:
                 seg.last = {}
             self._open[name] = seg
@@ -171,36 +231,58 @@ class BatchStager:
         seg = self._segment(change, seqno, fresh)
         action = change.action
         if action is RowAction.UPDATE and change.key_specs and change.column_specs and \
-                layout_of(change.key_specs) != layout_of(change.column_specs):
+                change.key_specs is not change.column_specs and \
+                self._shape(change.key_specs).layout != self._shape(change.column_specs).layout:
             raise StagingError(f"{seg.qualified}: an UPDATE whose before and after images "
                                "have different columns (binlog_row_image must be FULL)")
         sep, q = self.separator, '"' if self.quote_all else ""
         prefix = f"{q}{sep}{q}{seqno}{q}{sep}{q}"
         tail = f"{q}{sep}{q}{commit}{q}{sep}"
+        if action is RowAction.INSERT:
+            images = [("I", change.column_values, self._shape(change.column_specs))]
+        elif action is RowAction.DELETE:
+            images = [("D", change.key_values, self._shape(change.key_specs))]
+        else:
+            images = [("UD", change.key_values, self._shape(change.key_specs)),
+                      ("UI", change.column_values, self._shape(change.column_specs))]
+        lines = seg.lines
         for r in range(change.row_count):
-            if action is RowAction.INSERT:
-                ops = [("I", change.column_values[r], change.column_specs)]
-            elif action is RowAction.DELETE:
-                ops = [("D", change.key_values[r], change.key_specs)]
-            else:
-                ops = [("UD", change.key_values[r], change.key_specs),
-                       ("UI", change.column_values[r], change.column_specs)]
-            for op, values, specs in ops:
-                fields = [self._field(spec, value, seg, seqno)
-                          for spec, value in zip(specs, values, strict=True)]
+            for op, rows, shape in images:
+                values = rows[r]
+                text = None if self.quote_all else self._plain_text(shape, values)
+                if text is None:
+                    text = sep.join([self._field(spec, value, seg, seqno)
+                                     for spec, value in zip(shape.specs, values, strict=True)])
                 if seg.last is not None:
-                    self._supersede(seg, seg.last, values, specs)
-                seg.lines.append(q + op + prefix + str(self._row) + tail
-                                 + sep.join(fields))
+                    self._supersede(seg, seg.last, values, shape.key)
+                lines.append(q + op + prefix + str(self._row) + tail + text)
                 seg.count += 1
                 self._row += 1
                 self.rows += 1
 
+    def _plain_text(self, shape: _Shape, values: list[Any]) -> str | None:
+        """A row's fields as ``_field`` writes them, when no value needs more than
+        ``str()``: ints, floats and strings outside binary and date columns, with no
+        separator, quote, line break or empty string; None: make them field by field."""
+        if shape.binary or len(values) != len(shape.specs) or "" in values \
+                or not _PLAIN.issuperset(map(type, values)):
+            return None
+        for i in shape.dates:
+            value = values[i]
+            if value is not None and (type(value) is not str or incomplete_date(value)):
+                return None
+        sep = self.separator
+        text = sep.join(map(str, values)) if None not in values else \
+            sep.join(["" if v is None else str(v) for v in values])
+        if text.count(sep) != len(values) - 1 or _SPECIAL.search(text) is not None:
+            return None
+        return text
+
     @staticmethod
     def _supersede(seg: Segment, last: dict[tuple[Any, ...], int], values: list[Any],
-                   specs: list[ColumnSpec]) -> None:
+                   key_at: tuple[int, ...]) -> None:
         """The key's earlier line in the segment goes: the line coming next is later."""
-        key = tuple(v for v, spec in zip(values, specs, strict=True) if spec.primary_key)
+        key = tuple([values[i] for i in key_at])
         try:
             earlier = last.get(key)
         except TypeError:

@@ -77,6 +77,44 @@ def test_staging_lines_follow_the_seeds_layout() -> None:
     assert seg.lines[1].endswith(',""') and seg.lines[3].endswith(",")
 
 
+@pytest.mark.parametrize(("separator", "quote_all"), [("\x01", False), (",", False),
+                                                     (",", True)])
+def test_staged_rows_equal_their_fields_one_by_one(separator: str, quote_all: bool) -> None:
+    # Rows of only ints, floats, strings and NULLs take a shortcut (one join per row): each
+    # line must be what the fields written one by one give.
+    specs = [ColumnSpec(1, "id", "BIGINT", primary_key=True), ColumnSpec(2, "s", "VARCHAR"),
+             ColumnSpec(3, "d", "DATETIME"), ColumnSpec(4, "f", "DOUBLE"),
+             ColumnSpec(5, "t", "TIME")]
+    rows: list[list[ThlValue]] = [
+        [1, "plain ü", "2024-01-02 03:04:05.000006", 0.1, "-838:59:59"],
+        [2, None, None, None, None], [3, "", "2024-01-02", 1e300, ""],
+        [4, "a,b", "0000-00-00 00:00:00", float("nan"), "x\x01y"],
+        [5, 'say "hi"', "2024-03-00 10:00:00", -0.0, "line\nbreak"],
+        [6, "cr\r", 7, True, b"\x00"], [7, "\U0010fffd", "2024-05-06", 2, "\\"],
+        [2**64 - 1, "x" * 1000, "9999-12-31 23:59:59.999999", float("inf"), "00:00:00"]]
+    stager = BatchStager(separator=separator, quote_all=quote_all)
+    stager.add(ThlEvent(3, 0, "src", "e", "sh", 0, data=[
+        RowChange(RowAction.INSERT, "d", "t", specs, [], rows)]))
+    (seg,) = stager.segments
+    q = '"' if quote_all else ""
+    head = f"{q}{separator}{q}3{q}{separator}{q}"
+    tail = f"{q}{separator}{q}1970-01-01 00:00:00.000000{q}{separator}"
+    expected = [f"{q}I{head}{i}{tail}" + separator.join(
+        stager._field(spec, value, seg, 3) for spec, value in zip(specs, row, strict=True))
+        for i, row in enumerate(rows)]
+    assert seg.lines == expected
+    assert seg.multiline  # a line break in a field: Spark reads the file whole
+
+
+def test_a_binary_column_is_staged_field_by_field() -> None:
+    specs = [ColumnSpec(1, "id", "INT", primary_key=True), ColumnSpec(2, "b", "BINARY",
+                                                                      length=3)]
+    stager = BatchStager(separator=",")
+    stager.add(ThlEvent(1, 0, "s", "e", "", 0, data=[
+        RowChange(RowAction.INSERT, "d", "t", specs, [], [[1, b"ab"], [2, b"\x01"]])]))
+    assert [line.rsplit(",", 1)[1] for line in stager.segments[0].lines] == ["YWIA", "AQAA"]
+
+
 def test_a_collapsed_segment_keeps_each_keys_last_operation_and_its_key_range(
         tmp_path: Path) -> None:
     specs = [ColumnSpec(1, "id", "INT", primary_key=True), ColumnSpec(2, "s", "VARCHAR")]
