@@ -249,8 +249,8 @@ def e2e_bench(sizes: Sizes, base: Path, collapse: bool) -> dict[str, Any]:
 @click.option("--base-rows", type=int, default=1_000_000)
 @click.option("--batch-rows", type=int, default=100_000)
 @click.option("--batches", type=int, default=3)
-@click.option("--e2e-rows", type=int, default=100_000)
-@click.option("--e2e-block-rows", type=int, default=50_000)
+@click.option("--e2e-rows", type=int, default=200_000)
+@click.option("--e2e-block-rows", type=int, default=100_000)
 @options.txn_rows(100, help=None)
 @click.option("--skip-e2e", is_flag=True)
 @click.option("--collapse/--no-collapse", default=True,

@@ -9,7 +9,7 @@ consumers:
       spark:
         master: local[*]                        # or spark://host:7077, yarn, k8s://...
         conf: {spark.driver.memory: 2g}         # any spark.* setting
-    block_commit_rows: 10000                    # the applier's defaults: 10,000 rows / 30 s
+    block_commit_rows: 100000                   # the applier's defaults: 100,000 rows / 30 s
     block_commit_ms: 30000
 ```
 
