@@ -12,11 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.sharing import CORE
+from tests.integration.sharing import CORE, take_started
 
 _INTEGRATION = Path(__file__).parent / "integration"
-#: The stack's servers that were running when the run began (None in an xdist worker).
-_before: set[str] | None = None
 
 
 @pytest.hookimpl(trylast=True)  # after the conformance hook has marked its exclusive tests
@@ -73,24 +71,20 @@ def _rank(item: pytest.Item, taken: set[tuple[str, ...]]) -> int:
     return 0
 
 
-def _running() -> set[str]:
-    from stack import services
-
-    return {name for name in services.NAMES if services.get(name).running()}
-
-
 def pytest_sessionstart(session: pytest.Session) -> None:
-    global _before
     if "PYTEST_XDIST_WORKER" not in os.environ:
-        _before = _running()
+        take_started()  # a list left by a dead run of the same process id
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    if _before is None:
+    if "PYTEST_XDIST_WORKER" in os.environ:
         return
     from stack import services
 
-    started = _running() - _before
+    # Only what this run's own workers started (tests/integration/sharing.py): a run of the
+    # unit tests beside an integration run once stopped every server the other one had
+    # started in the meantime.
+    started = take_started()
     for name in reversed(services.NAMES):
         if name in started:
             services.get(name).stop()

@@ -49,7 +49,10 @@ def _serve(name: str) -> Service:
     with sharing.gate(exclusive=False, uses=frozenset({name.replace("-", "_")})), \
             sharing.starting():
         try:
+            was_running = svc.running()
             svc.start()
+            if not was_running:
+                sharing.started(name)
         except StackError as exc:
             _failed[name] = str(exc)
             pytest.fail(str(exc), pytrace=False)

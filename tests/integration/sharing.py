@@ -50,6 +50,35 @@ def starting() -> contextlib.AbstractContextManager[None]:
     return _flock("start.lock", fcntl.LOCK_EX)
 
 
+def _owner() -> int:
+    """The process that owns this run: xdist's controller (every worker's parent), or this
+    process when there are no workers."""
+    return os.getppid() if "PYTEST_XDIST_WORKER" in os.environ else os.getpid()
+
+
+def _started_file(owner: int) -> Path:
+    return _DIR / f"started.{owner}"
+
+
+def started(name: str) -> None:
+    """This run started server ``name`` (under ``starting()``): its owner stops it at the
+    end. Only those: a run beside it (unit tests, another file) leaves them alone."""
+    with _started_file(_owner()).open("a", encoding="utf-8") as out:
+        out.write(name + "\n")
+
+
+def take_started() -> set[str]:
+    """The servers this run (this process owns it) started, forgotten once taken."""
+    path = _started_file(os.getpid())
+    with starting():
+        try:
+            names = set(path.read_text(encoding="utf-8").split())
+        except FileNotFoundError:
+            return set()
+        path.unlink()
+    return names
+
+
 #: Servers every test needs: taking one down stops the whole suite.
 CORE = frozenset({"zookeeper", "kafka", "kafka_sasl", "mariadb_source"})
 #: Server fixtures with a gate of their own (a test taking one down waits for its users).
