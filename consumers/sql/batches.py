@@ -17,10 +17,11 @@ UPDATE`` on PostgreSQL) and the new ones inserted (on PostgreSQL by ``COPY ... F
 STDIN`` from ``COPY_ROWS`` rows of a table on, after the statements queued before them).
 Deletes of every table go before upserts of any, upserts before inserts, each in the order
 tables were first touched. Whatever the target refuses in a round trip that holds such
-statements, or in such a COPY (a count that is off, a constraint) raises ``SetRefused`` (transient) at the highest seqno of the block so far: the
-block is rolled back, the session starts again from the stored position, and everything up
-to that seqno (``ordered_through``) goes in order, where the target names what is wrong, if
-anything still is.
+statements, or in such a COPY (a count that is off, a constraint) raises ``SetRefused``
+(transient) at the highest seqno of the block so far: the block is rolled back, the session
+starts again from the stored position, and everything up to that seqno
+(``ordered_through``) goes in order, where the target names what is wrong, if anything
+still is.
 """
 
 from __future__ import annotations
