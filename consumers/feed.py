@@ -13,7 +13,6 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from consumers.errors import ConsumerError, TerminalError, TransientError
-from consumers.stall_watch import CHECK_EVERY_S, StallWatch
 from thl_topics.client import check_access, is_access_error, new_admin, settings_error, watched
 from thl_topics.errors import (
     KafkaAccessError,
@@ -22,6 +21,7 @@ from thl_topics.errors import (
     ThlTopicMissing,
 )
 from thl_topics.reader import RecordJoiner, ThlReader, ThlRecord
+from thl_topics.stall_watch import CHECK_EVERY_S, StallWatch
 
 log = logging.getLogger(__name__)
 

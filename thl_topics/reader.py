@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
@@ -22,6 +23,9 @@ from thl_topics.codec import ThlCodec
 from thl_topics.errors import ThlDecodeError, ThlError, ThlTopicMissing, ThlUnavailable, is_passing
 from thl_topics.event import ThlEvent
 from thl_topics.records import parse_key, run_of
+from thl_topics.stall_watch import CHECK_EVERY_S, StallWatch
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,8 @@ class ThlReader:
         self.topic = topic
         self.codec = codec or ThlCodec()
         self.poll_timeout = poll_timeout
+        #: As given: a second reader (``follow``'s stall probe) is made from them.
+        self._kafka = kafka
         settings, self._watch = watched(kafka)
         # Kept for messages; a ClientSettings, so even a stray repr hides the secrets.
         self._conf = ClientSettings({
@@ -214,23 +220,57 @@ class ThlReader:
         offset = found[0].offset
         return self.watermarks()[1] if offset < 0 else int(offset)
 
-    def follow(self, start_offset: int, stop: threading.Event,
-               idle: float = 0.5) -> Iterator[ThlRecord]:
-        """Records from ``start_offset`` on, waiting for new ones, until ``stop`` is set."""
+    def follow(self, start_offset: int, stop: threading.Event, idle: float = 0.5,
+               stall_check_s: float = CHECK_EVERY_S) -> Iterator[ThlRecord]:
+        """Records from ``start_offset`` on, waiting for new ones, until ``stop`` is set.
+
+        A consumer that stops fetching while the topic goes on (``stall_watch``: librdkafka
+        after a broker restart) is replaced by a new one at the same offset."""
         self._consumer.assign([TopicPartition(self.topic, 0, start_offset)])
         joiner = RecordJoiner(self)
-        while not stop.is_set():
-            msg = self._consumer.poll(idle)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
+        probe: ThlReader | None = None
+
+        def first_offset_at(offset: int) -> int | None:
+            nonlocal probe
+            if probe is None:  # made at the first look only: most follows never stall
+                probe = ThlReader(self._kafka, self.topic, self.codec, self.poll_timeout)
+            sample = probe.sample(offset)
+            return None if sample is None else sample[0]
+
+        watch = StallWatch(first_offset_at, stall_check_s)
+        watch.at(start_offset)
+        try:
+            while not stop.is_set():
+                msg = self._consumer.poll(idle)
+                if msg is None:
+                    stalled = watch.quiet()
+                    if stalled is not None and watch.next_offset is not None:
+                        log.warning("THL topic %s: %s; reading on with a new consumer",
+                                    self.topic, stalled)
+                        self._renew(watch.next_offset)
+                        watch.at(watch.next_offset)
                     continue
-                raise self._read_error(err, "read failed")
-            rec = joiner.add(msg)
-            if rec is not None:
-                yield rec
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise self._read_error(err, "read failed")
+                watch.delivered(_offset(msg))
+                rec = joiner.add(msg)
+                if rec is not None:
+                    yield rec
+        finally:
+            if probe is not None:
+                probe.close()
+
+    def _renew(self, offset: int) -> None:
+        """A new consumer in place of this reader's, assigned at ``offset``."""
+        old, self._consumer = self._consumer, Consumer(self._conf)
+        try:
+            old.close()
+        except (KafkaException, RuntimeError) as exc:  # it is stuck: closing may fail too
+            log.debug("THL topic %s: closing the stuck consumer: %s", self.topic, exc)
+        self._consumer.assign([TopicPartition(self.topic, 0, offset)])
 
     def sample(self, offset: int) -> tuple[int, int] | None:
         """(offset, seqno) of the first record at or after ``offset``, None past the end."""

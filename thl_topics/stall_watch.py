@@ -6,7 +6,8 @@ fede1024/rust-rdkafka#597, both open). A group in that state stays ONLINE and ap
 nothing, which no operator would notice until the lag alarm. So a feed that has been quiet
 for a while asks a second reader for the first committed record past its position; found
 twice in a row (one check apart, so a record committed just before a check is not taken for
-a stall), the feed is stuck and its session starts again with a new consumer.
+a stall), the feed is stuck: a consumer group's session starts again with a new consumer
+(``consumers.feed``), ``ThlReader.follow`` reads on with a new consumer.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ two looks in a row; a broker that is away or a THL that has nothing more is not 
 
 from __future__ import annotations
 
-from consumers.stall_watch import StallWatch
 from thl_topics.errors import ThlUnavailable
+from thl_topics.stall_watch import StallWatch
 
 
 class Clock:
