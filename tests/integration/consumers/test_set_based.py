@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from ..harness.thl import commit_marker, tail_record, wait_marker
 from .conftest import Replication
+from .tables import TYPES_MYSQL, TYPES_NAMES, TYPES_PG, TYPES_ROWS, compare, create_tables
 
 #: One block for the whole backlog: every key's history collapses together.
 ONE_BLOCK = {"block_commit_events": 10_000, "block_commit_ms": 5_000}
@@ -179,6 +180,26 @@ def test_many_new_rows_of_one_table_arrive_exactly(
     got = rep.pgsql(f'SELECT id, t, b, d, ts, "sp ace ""q""" FROM "{s}"."new rows" ORDER BY id')
     assert [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r)
             for r in got] == source
+    assert _counter(port, "trep_set_based_refused", "pg") == 0
+
+
+def test_every_column_type_arrives_exactly_in_many_new_rows(
+        make_replication: Callable[..., Replication]) -> None:
+    """The type matrix's edge values, 80 times over in one block: PostgreSQL takes them by
+    COPY (its text form of every type, not the INSERT's literals), MariaDB as INSERTs."""
+    rep = make_replication(**ONE_BLOCK)
+    marks = ", ".join(["%s"] * len(TYPES_NAMES))
+    rows = [(10 * n + row[0], *row[1:]) for n in range(80) for row in TYPES_ROWS]
+
+    def write() -> None:
+        create_tables(rep, (TYPES_MYSQL, TYPES_PG))
+        for start in range(0, len(rows), 60):
+            rep.src(f"INSERT INTO {rep.schema}.types ({', '.join(TYPES_NAMES)}) "
+                    f"VALUES ({marks})", params=rows[start:start + 60], many=True)
+
+    port = _backlog_then_apply(rep, write)
+    assert compare(rep, "types", TYPES_NAMES, "id") == len(rows)
+    assert _counter(port, "trep_rows_collapsed", "pg") >= len(rows)
     assert _counter(port, "trep_set_based_refused", "pg") == 0
 
 
