@@ -66,7 +66,7 @@ class ThlFeed:
         #: The record read last (or the one the handshake checked): where a run must go on.
         self._last: ThlRecord | None = None
         #: Notices a consumer that stopped fetching (asks ``_reader`` past the position).
-        self._stall = StallWatch(self._first_offset_at, stall_check_s)
+        self._stall = StallWatch(self._reader.first_offset, stall_check_s)
         settings, self._watch = watched(kafka)
         conf = {
             **settings,
@@ -123,10 +123,6 @@ class ThlFeed:
         self._consumer.assign([TopicPartition(self.topic, 0, offset)])
         self._joiner.reset()
         self._stall.at(offset)
-
-    def _first_offset_at(self, offset: int) -> int | None:
-        sample = self._reader.sample(offset)
-        return None if sample is None else sample[0]
 
     def follows(self, rec: ThlRecord) -> None:
         """The next record read must come from the same log as ``rec`` (the handshake's)."""

@@ -234,8 +234,7 @@ class ThlReader:
             nonlocal probe
             if probe is None:  # made at the first look only: most follows never stall
                 probe = ThlReader(self._kafka, self.topic, self.codec, self.poll_timeout)
-            sample = probe.sample(offset)
-            return None if sample is None else sample[0]
+            return probe.first_offset(offset)
 
         watch = StallWatch(first_offset_at, stall_check_s)
         watch.at(start_offset)
@@ -271,6 +270,12 @@ class ThlReader:
         except (KafkaException, RuntimeError) as exc:  # it is stuck: closing may fail too
             log.debug("THL topic %s: closing the stuck consumer: %s", self.topic, exc)
         self._consumer.assign([TopicPartition(self.topic, 0, offset)])
+
+    def first_offset(self, offset: int) -> int | None:
+        """The offset of the first committed record at or after ``offset``, None past the
+        end (a stall watch's probe)."""
+        sample = self.sample(offset)
+        return None if sample is None else sample[0]
 
     def sample(self, offset: int) -> tuple[int, int] | None:
         """(offset, seqno) of the first record at or after ``offset``, None past the end."""

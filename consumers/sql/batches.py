@@ -299,44 +299,29 @@ class BatchWriter:
                 self._insert_statements(h, list(h.changes.upserted()), literal,
                                         self._upsert_clause(h))
             for h in held:
-                rows = list(h.changes.inserted())
-                if not self._copied(h, rows):
-                    self._insert_statements(h, rows, literal, "")
+                self._insert_statements(h, list(h.changes.inserted()), literal, "",
+                                        copy=True)
         finally:
             cursor.close()
 
-    def _copied(self, held: _Collapsing, rows: list[Params]) -> bool:
-        """New rows of a table by COPY (PostgreSQL, ``COPY_ROWS`` or more, plain VALUES),
-        after everything queued before them; False: not taken, they go as INSERTs."""
-        if len(rows) < COPY_ROWS:
-            return False
-        rendering = self._rendering(Batch(held.target, RowAction.INSERT, held.columns,
-                                          held.columns, rows))
-        if rendering.copy is None:
-            return False
+    def _copy(self, held: _Collapsing, sql: str, names: tuple[str, ...],
+              rows: list[Params]) -> None:
+        """New rows of a table by ``sql`` (a COPY), after everything queued before them."""
         self.send()  # counts, deletes, upserts and earlier tables' rows go first
-        names = rendering.row.names
         cursor = client_cursor(self.ctx.db, self.ctx.dialect)
         try:
-            with cursor.copy(rendering.copy) as copy:
+            with cursor.copy(sql) as copy:
                 for row in rows:
                     copy.write_row([row[name] for name in names])
             copied = cursor.rowcount
         except psycopg.Error as exc:
-            dbapi = self.ctx.db.dialect.loaded_dbapi
-            wrapped = sa_exc.DBAPIError.instance(rendering.copy[:200], None, exc, dbapi.Error)
-            if not isinstance(wrapped, sa_exc.DBAPIError):
-                raise wrapped from exc
-            error = self.ctx.classify(wrapped, f"copy into {held.target.qualified}")
-            if isinstance(error, DataError):
-                raise self._refused(str(error)) from exc
-            raise error from exc
+            raise self._target_error(exc, sql, f"copy into {held.target.qualified}",
+                                     collapsed=True) from exc
         finally:
             cursor.close()
         if copied not in (-1, len(rows)):
             raise self._refused(f"copy into {held.target.qualified} took {copied} of "
                                 f"{len(rows)} row(s)")
-        return True
 
     def _keys_statements(self, held: _Collapsing, verb: str, keys: list[Key],
                          literal: Literal, kind: str, all_match: bool) -> None:
@@ -374,11 +359,16 @@ class BatchWriter:
             f"{n} = VALUES({n})" for n in (rest or key))
 
     def _insert_statements(self, held: _Collapsing, rows: list[Params], literal: Literal,
-                           clause: str) -> None:
+                           clause: str, copy: bool = False) -> None:
+        """Multi-row INSERTs of ``rows`` (with ``clause``) queued; ``copy``: by COPY where
+        the target takes it (PostgreSQL, ``COPY_ROWS`` rows or more, plain VALUES)."""
         if not rows:
             return
         batch = Batch(held.target, RowAction.INSERT, held.columns, held.columns, rows)
         rendering = self._rendering(batch)
+        if copy and rendering.copy is not None and len(rows) >= COPY_ROWS:
+            self._copy(held, rendering.copy, rendering.row.names, rows)
+            return
         if rendering.around is None:
             raise RuntimeError("an INSERT rendered as one statement per row")
         prefix, postfix = rendering.around
@@ -514,14 +504,7 @@ class BatchWriter:
             if not answered and len(queued) > 1 and isinstance(exc, psycopg.Error) \
                     and not collapsed:
                 at, exc, doing = self._pinpoint(queued, exc)
-            dbapi = self.ctx.db.dialect.loaded_dbapi
-            wrapped = sa_exc.DBAPIError.instance(at.sql[:200], None, exc, dbapi.Error)
-            if not isinstance(wrapped, sa_exc.DBAPIError):
-                raise wrapped from exc
-            error = self.ctx.classify(wrapped, doing)
-            if collapsed and isinstance(error, DataError):
-                raise self._refused(str(error)) from exc
-            raise error from exc
+            raise self._target_error(exc, at.sql, doing, collapsed) from exc
         finally:
             cursor.close()
         if moved is None and position_missed:
@@ -538,6 +521,19 @@ class BatchWriter:
             raise DataError(
                 f"{at.doing('of')} on {self.ctx.target} matched {count} of {at.rows} row(s): the "
                 "target has diverged from the source")
+
+    def _target_error(self, exc: pymysql.MySQLError | psycopg.Error, sql: str, doing: str,
+                      collapsed: bool) -> Exception:
+        """The consumer error of a driver error while ``doing`` ``sql``: a set-based
+        refusal where the target refused collapsed changes as data."""
+        dbapi = self.ctx.db.dialect.loaded_dbapi
+        wrapped = sa_exc.DBAPIError.instance(sql[:200], None, exc, dbapi.Error)
+        if not isinstance(wrapped, sa_exc.DBAPIError):
+            return wrapped
+        error = self.ctx.classify(wrapped, doing)
+        if collapsed and isinstance(error, DataError):
+            return self._refused(str(error))
+        return error
 
     def _refused(self, why: str) -> SetRefused:
         """The open block goes again, in order up to its highest seqno so far."""

@@ -215,9 +215,10 @@ class BatchStager:
         specs = change.column_specs or change.key_specs
         name = (change.schema, change.table)
         seg = self._open.get(name)
-        if fresh or seg is None or seg.layout != self._shape(specs).layout:
+        layout = self._shape(specs).layout
+        if fresh or seg is None or seg.layout != layout:
             seg = Segment(change.schema, change.table, list(specs), low=seqno, truncate=fresh,
-                          layout=self._shape(specs).layout)
+                          layout=layout)
             if self.collapse and seg.key:
                 seg.last = {}
             self._open[name] = seg
