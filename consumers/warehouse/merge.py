@@ -44,7 +44,7 @@ from consumers.warehouse.config import WarehouseTarget
 from consumers.warehouse.naming import TableRef, quote_name, table_ref
 from consumers.warehouse.session import checkpointed
 from consumers.warehouse.staging import Segment, read_options, staging_schema
-from consumers.warehouse.storage import is_delta_table
+from consumers.warehouse.storage import drop_empty_log, is_delta_table
 from consumers.warehouse.types import cast_expression, holds, spark_type, widens
 
 if TYPE_CHECKING:
@@ -244,6 +244,9 @@ class DeltaWriter:
     def prepare_table(self, plan: Plan) -> None:
         """Create the table, or add the new columns (both idempotent)."""
         if plan.create is not None and self._schemas.get(plan.ref) is None:
+            if plan.ref.path is not None and drop_empty_log(self.spark, plan.ref.path):
+                log.warning("%s: removed a Delta log without a commit (a process killed while "
+                            "it created the table); creating it again", plan.ref)
             cols = ", ".join(f"{quote_name(n)} {t.upper()}" for n, t in plan.create)
             props = {**TABLE_PROPERTIES, "tungsten.source": plan.segment.qualified,
                      "tungsten.key": ",".join(plan.segment.key),

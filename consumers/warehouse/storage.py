@@ -8,6 +8,7 @@ mount at the same path).
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -52,6 +53,23 @@ def is_delta_table(spark: SparkSession, uri: str) -> bool:
     from delta.tables import DeltaTable
 
     return bool(DeltaTable.isDeltaTable(spark, uri))
+
+
+def drop_empty_log(spark: SparkSession, uri: str) -> bool:
+    """Remove a ``_delta_log`` at ``uri`` that holds no commit (a process killed while it
+    created the table): Delta takes such a folder for an existing table and skips a CREATE
+    TABLE IF NOT EXISTS, so every MERGE then fails with DELTA_TABLE_NOT_FOUND. True if one
+    was removed; nothing was ever committed there."""
+    log = f"{uri.rstrip('/')}/_delta_log"
+    if not present(spark, log) or is_delta_table(spark, uri):
+        return False
+    if local(uri):
+        shutil.rmtree(local_path(log), ignore_errors=True)
+    else:
+        fs, path = hadoop(spark, log)
+        fs.delete(path, True)
+    forget_delta_log(spark, uri)
+    return True
 
 
 def forget_delta_log(spark: SparkSession, uri: str) -> None:

@@ -235,3 +235,15 @@ def test_provisioning_empties_the_table_then_upserts_chunks_and_idempotent_chang
     history = connect_session().sql(
         f"DESCRIBE HISTORY delta.`{crafted.path(s, 'items')}`").collect()
     assert sum(1 for h in history if h["operation"] == "MERGE") >= 3
+
+
+def test_a_table_whose_creation_was_killed_is_created_again(crafted: CraftedThl) -> None:
+    # A process killed while it created a Delta table leaves a _delta_log without a commit:
+    # Delta then skips CREATE TABLE IF NOT EXISTS and every MERGE fails (a CI run,
+    # 2026-11-29, the local-mode kill test).
+    s = "shop"
+    (Path(crafted.path(s, "items")[len("file://"):]) / "_delta_log").mkdir(parents=True)
+    last = crafted.publish(insert(s, "items", ITEM, [1, "one"], [2, "two"]))
+    crafted.start()
+    crafted.wait_applied(last)
+    assert crafted.rows(s, "items", ["id", "name"]) == [(1, "one"), (2, "two")]
