@@ -22,6 +22,11 @@ Failure and resume semantics, for every applier:
   seqno, so a replay never goes backwards).
 - A crash between the data and the position write (the named crash point
   ``apply-before-position``) is the same case.
+
+An applier may also commit in two steps (``Pipelined``): ``commit_begin`` sends the block
+and its position and returns a ``PendingCommit`` at once, so the runtime reads and applies
+the next block while the target works; ``finish`` waits for the answer. The block is
+durable, and counted as committed by the runtime, only once ``finish`` returned.
 """
 
 from __future__ import annotations
@@ -197,6 +202,32 @@ class DropsColumns(Protocol):
     def drop_column(self, change: SchemaChange, event: ThlEvent) -> None:
         """Column ``change.column`` of the table goes from every stored row written before
         ``event``, in a block of its own; harmless to replay."""
+
+
+class PendingCommit(Protocol):
+    """A block whose commit was sent but not yet answered (``Pipelined.commit_begin``)."""
+
+    def finish(self) -> None:
+        """Wait for the commit: returns once the block and its position are durable; raises
+        its ConsumerError (carrying the block's last seqno) if they are not, and then
+        nothing of the block was committed. Idempotent: a second call returns or raises
+        the same."""
+
+
+@runtime_checkable
+class Pipelined(Protocol):
+    """An applier that overlaps a block's commit with the next block (``PendingCommit``).
+
+    Contract: at most one commit is pending; the applier finishes it itself before anything
+    else it does on the target (the next block's first statement, a read, a DDL), so the
+    next block's ``begin`` and ``apply`` may come before ``finish``. ``rollback`` abandons
+    a pending commit along with the open block (neither is then durable). ``commit`` stays
+    the one-step form: ``commit_begin(position).finish()``.
+    """
+
+    def commit_begin(self, position: Position) -> PendingCommit:
+        """Send the open block with ``position`` (compare-and-set, as ``commit``); the
+        block is closed, its outcome is the returned commit's ``finish``."""
 
 
 @runtime_checkable

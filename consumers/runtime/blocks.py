@@ -10,6 +10,14 @@ seqno that must be applied alone (``Fragment.alone``).
 The loop's two users differ in where fragments come from (``receive``), in what they do
 between seqnos and while nothing comes, and in three points of timing, which each states
 as a class attribute: ``tick``, ``due_between_seqnos``, ``patient_until_first_seqno``.
+
+Overlapped commits (``overlaps_commits``, with a ``Pipelined`` applier): a block's commit is
+sent (``commit_begin``) and the next block is read and applied while the target works on
+it; the commit is finished (``settle``) when the next block commits, when nothing comes,
+before a seqno that goes alone, and before the loop stops. Only a finished commit counts:
+``committed`` (status, mirror, offsets) and the ``apply-committed`` crash point come after
+``finish``; an error of the pending commit stops the loop as the error of its own block,
+and the runtime's rollback abandons both blocks (neither committed).
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from consumers.applier import Applier, BlockLimits
+from consumers.applier import Applier, BlockLimits, PendingCommit, Pipelined
 from consumers.errors import ConsumerError
 from consumers.position import Position
 from replicator import crashpoints
@@ -91,6 +99,8 @@ class BlockLoop:
     #: True: while the open block holds no whole seqno yet, the loop waits a whole tick
     #: for the next fragment; False: only until the block's time is up.
     patient_until_first_seqno: bool
+    #: True: with a ``Pipelined`` applier, a block's commit overlaps the next block.
+    overlaps_commits: bool = False
 
     def __init__(self, who: str, applier: Applier, limits: BlockLimits,
                  prep: Applying,
@@ -107,6 +117,11 @@ class BlockLoop:
         self.block: Block | None = None
         #: The seqno whose fragments are going in (None: on a seqno boundary).
         self.in_seqno: int | None = None
+        #: The applier, where its commits overlap the next block.
+        self._pipelined = applier if self.overlaps_commits and isinstance(applier, Pipelined) \
+            else None
+        #: A block whose commit was sent and not yet finished, with that commit.
+        self._pending: tuple[PendingCommit, Block] | None = None
 
     # -- what the users of the loop say ----------------------------------------------------
 
@@ -142,16 +157,21 @@ class BlockLoop:
             if isinstance(got, Fragment):
                 self._add(got)
             elif got is Quiet.NOTHING:
+                # Nothing to overlap the pending commit with: finish it now.
+                self.settle()
                 if self.block is not None and self.in_seqno is None and (
                         self.limits.idle or (not self.due_between_seqnos and self._due())):
                     self.commit()  # nothing waits: the block need not wait either
                 else:
                     self.quiet()
+        self.settle()
 
     def _wait(self) -> float:
         """How long to wait for the next fragment: a tick at most, no longer than the open
         block has left, not at all where an idle block commits on a seqno boundary."""
         block = self.block
+        if block is None and self._pending is not None:
+            return 0.0  # only a look: nothing waiting finishes the pending commit
         if block is None or (self.patient_until_first_seqno and not block.positions):
             return self.tick
         if self.limits.idle and self.in_seqno is None:
@@ -168,8 +188,10 @@ class BlockLoop:
         commit of what the block held if the seqno goes alone)."""
         event = fragment.event
         if self.in_seqno is None:
-            if self.block is not None and fragment.alone:
+            if fragment.alone:
+                # Everything before a seqno that goes alone is committed, and counted.
                 self.commit()
+                self.settle()
             if self.block is None:
                 self.applier.begin()
                 self._prep.block_begun(self.applier)
@@ -200,21 +222,56 @@ class BlockLoop:
             self.commit()
 
     def commit(self) -> None:
-        """Commit the open block (if it holds a whole seqno) with its last seqno's position."""
+        """Commit the open block (if it holds a whole seqno) with its last seqno's position;
+        overlapped, only begin its commit (and finish the one before)."""
         block = self.block
         if block is None or not block.positions:
             return
         # Another process may hold the lock by now: its work, not this block, counts.
         self._before_commit()
         last = block.positions[-1]
+        previous, self._pending = self._pending, None
+        pending: PendingCommit | None = None
         try:
-            self.applier.commit(last)
+            if self._pipelined is not None:
+                # The applier finishes ``previous`` itself before it sends this block.
+                pending = self._pipelined.commit_begin(last)
+            else:
+                self.applier.commit(last)
         except ConsumerError as exc:
-            if exc.seqno < 0:
-                # Batched rows are sent at commit: the culprit is somewhere in the block;
-                # careful mode (one seqno per block) will pin it down.
-                exc.seqno, exc.event_id = last.seqno, last.event_id
+            if previous is not None:
+                self._finished(*previous)  # its own error first, if it has one
+            _blame(exc, block)
+            raise
+        self.block = None
+        if previous is not None:
+            self._finished(*previous)
+        if pending is None:
+            crashpoints.reached("apply-committed")
+            self.committed(block)
+        else:
+            self._pending = (pending, block)
+
+    def settle(self) -> None:
+        """Finish the pending commit, if any, and count it as committed."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self._finished(*pending)
+
+    def _finished(self, pending: PendingCommit, block: Block) -> None:
+        try:
+            pending.finish()
+        except ConsumerError as exc:
+            _blame(exc, block)
             raise
         crashpoints.reached("apply-committed")
         self.committed(block)
-        self.block = None
+
+
+def _blame(exc: ConsumerError, block: Block) -> None:
+    """An error of a block's commit without a seqno: the block's last seqno (batched rows
+    are sent at commit, so the culprit is somewhere in the block; careful mode, one seqno
+    per block, pins it down)."""
+    if exc.seqno < 0:
+        last = block.positions[-1]
+        exc.seqno, exc.event_id = last.seqno, last.event_id

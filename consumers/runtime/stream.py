@@ -20,6 +20,7 @@ class SingleStream(BlockLoop):
     tick = 0.2
     due_between_seqnos = True
     patient_until_first_seqno = True
+    overlaps_commits = True
 
     def __init__(self, session: Session) -> None:
         group = session.group
@@ -39,6 +40,7 @@ class SingleStream(BlockLoop):
         control.check_lead()
         if not control.wants_online():
             self.commit()
+            self.settle()
             raise GoOffline
 
     def receive(self, wait: float) -> Fragment | Quiet:

@@ -20,6 +20,15 @@ Where each part lives: ``rows.py`` (row changes into batches, values adapted),
 tables), ``replay.py`` (statement events), ``restructure.py`` (renamed and dropped tables
 and renamed columns where statements are not replayed), ``positions.py`` (the tracking
 schema), ``readback.py`` (consistency checks).
+
+Overlapped commits (``consumers.applier.Pipelined``, MySQL-family targets through PyMySQL):
+``commit_begin`` sends the block's last round trip (its last rows and the compare-and-set of
+its position) and returns without reading the answers, so the group reads, decodes and
+renders the next block while the server executes it. The answers are read, checked and the
+transaction committed (``_PendingCommit.finish``) before anything else goes over the
+connection: the next block's first round trip, a reflection, a statement, a check. The
+next block's own transaction begins only then. A rollback abandons a pending commit with
+the block: the connection is dropped unread, so the server rolls both back.
 """
 
 from __future__ import annotations
@@ -34,15 +43,21 @@ import sqlalchemy as sa
 from pymysql.constants import CLIENT
 from sqlalchemy import exc as sa_exc
 
-from consumers.applier import Atomicity, BlockLimits, Capabilities, StatementPolicy
+from consumers.applier import (
+    Atomicity,
+    BlockLimits,
+    Capabilities,
+    PendingCommit,
+    StatementPolicy,
+)
 from consumers.check import CheckRange, CheckResult
-from consumers.errors import DataError, TransientError
+from consumers.errors import ConsumerError, DataError, TransientError
 from consumers.heartbeat import Heartbeat
 from consumers.position import Position
 from consumers.provisioning import chunk_of, idempotent_tables
 from consumers.registry import ApplierContext
 from consumers.sql import ddl, readback
-from consumers.sql.batches import BatchWriter, Queued
+from consumers.sql.batches import BatchWriter, InFlight, Queued
 from consumers.sql.config import MYSQL_FAMILY, SqlTarget
 from consumers.sql.context import TargetContext
 from consumers.sql.errors import classify
@@ -50,7 +65,7 @@ from consumers.sql.naming import SqlNames
 from consumers.sql.positions import SqlChannelStore, SqlTracking
 from consumers.sql.replay import StatementReplay
 from consumers.sql.restructure import Restructurer
-from consumers.sql.rows import RowWriter
+from consumers.sql.rows import BlockChanges, RowWriter
 from consumers.sql.tables import TargetTables
 from consumers.sql.types import policy_for
 from replicator import crashpoints
@@ -87,7 +102,8 @@ class SqlApplier:
             atomicity=Atomicity.TRANSACTIONAL, statements=StatementPolicy(statements),
             keyless_tables=True, block=_BLOCK, checks=True, channels=True)
         # The parts of the applier, each on the open block's connection (``_db``).
-        target = TargetContext(self.dialect, self.target, lambda: self._db, self._classify)
+        target = TargetContext(self.dialect, self.target, lambda: self._db, self._classify,
+                               self._local)
         self._positions = SqlTracking(target, ctx.tracking_schema, ctx.channel,
                                       cfg.audit_seqnos)
         self._tables = TargetTables(target, self.create_tables, statements == "apply",
@@ -111,6 +127,12 @@ class SqlApplier:
         self._seqnos: list[int] = []
         #: The open block created or altered a table (undone by a rollback on PostgreSQL).
         self._ddl_in_block = False
+        #: The last block's commit, sent and not yet answered (``commit_begin``).
+        self._pending: _PendingCommit | None = None
+        #: The open block's transaction begins once the pending commit is finished.
+        self._begin_due = False
+        #: A pending commit's answers are being read (on its own transaction).
+        self._finishing = False
 
     def _create_tables(self, cfg: SqlTarget) -> bool:
         """Whether this target makes its tables from the row images (ValueError where it
@@ -137,7 +159,17 @@ class SqlApplier:
 
     @property
     def _db(self) -> sa.Connection:
+        """The open block's connection, ready for a round trip: a pending commit on it is
+        finished first (its error, if any, raised here)."""
+        if self._pending is not None or (self._begin_due and not self._finishing):
+            self._settle()
         if self._conn is None or self._txn is None:
+            raise RuntimeError("no open block: begin() first")
+        return self._conn
+
+    def _local(self) -> sa.Connection:
+        """The connection for rendering only (a pending commit may be on the wire)."""
+        if self._conn is None:
             raise RuntimeError("no open block: begin() first")
         return self._conn
 
@@ -194,8 +226,20 @@ class SqlApplier:
     def begin(self) -> None:
         self._seqnos = []
         self._rows.new_block()
+        if self._pending is not None:
+            # The connection still carries the last block's commit: this block's
+            # transaction begins when that is finished (``_db``); its lock is only queued.
+            self._begin_due = True
+            self._batches.enqueue(Queued(self._positions.sql(
+                "lock", {"w_task_id": self._positions.task_id}), 0, None, None, kind="lock"))
+            return
         if self._conn is not None and time.monotonic() - self._released > _KEEP_IDLE_S:
             self._end()
+        self._open()
+
+    def _open(self, deferred: bool = False) -> None:
+        """Begin the block's transaction and queue, or take, the position's lock
+        (``deferred``: queued already, by ``begin``)."""
         try:
             # One connection from block to block while they follow each other: a pool
             # checkout per block cost a ping and a ROLLBACK round trip each.
@@ -208,8 +252,10 @@ class SqlApplier:
             # here, then finds the position moved, before it applies anything. Queued, the
             # lock leads the block's first round trip and is checked before anything else.
             if self._batches.multi:
-                self._batches.enqueue(Queued(self._positions.sql(
-                    "lock", {"w_task_id": self._positions.task_id}), 0, None, None, kind="lock"))
+                if not deferred:
+                    self._batches.enqueue(Queued(self._positions.sql(
+                        "lock", {"w_task_id": self._positions.task_id}), 0, None, None,
+                        kind="lock"))
                 return
             stored = self._positions.lock()
         except sa_exc.DBAPIError as exc:
@@ -310,6 +356,43 @@ class SqlApplier:
         self._positions.record_check(result)
 
     def commit(self, position: Position) -> None:
+        self.commit_begin(position).finish()
+
+    def commit_begin(self, position: Position) -> PendingCommit:
+        """Send the block's last round trip with its position; its answers and the COMMIT
+        wait for ``finish`` (or for whatever next needs the connection). Where the
+        position does not travel with the rows (PostgreSQL, the first position, the audit
+        table), the block commits at once."""
+        expected = self._positions.expected
+        if not (self._batches.multi and self.dialect in MYSQL_FAMILY and expected is not None
+                and self._positions.audit is None):
+            self._commit_now(position)
+            return _COMMITTED
+        try:
+            row = self._positions.commit_row(position, dt.datetime.now(dt.UTC))
+            advance = self._positions.sql("advance", self._positions.tracking.advance_params(
+                row, expected))
+            self._batches.close_batch()
+            self._batches.emit_collapsed()
+            crashpoints.reached("apply-before-position")
+            self._batches.enqueue(Queued(advance, 1, None, None, kind="position"))
+            # Whatever is still pending is finished here, before this block goes out.
+            sent = self._batches.transmit()
+        except sa_exc.DBAPIError as exc:
+            self.rollback()
+            raise self._classify(exc, f"committing up to seqno {position.seqno}",
+                                 seqno=position.seqno) from exc
+        except BaseException:
+            self.rollback()
+            raise
+        if sent is None or self._txn is None:
+            raise RuntimeError("a block's commit sent nothing")
+        self._pending = _PendingCommit(self, sent, self._txn, position,
+                                       self._rows.take_changes(), bool(self._seqnos))
+        self._positions.expected = position.seqno
+        return self._pending
+
+    def _commit_now(self, position: Position) -> None:
         txn = self._open_txn()
         now = dt.datetime.now(dt.UTC)
         row = self._positions.commit_row(position, now)
@@ -349,16 +432,70 @@ class SqlApplier:
         # A block that only moved a channel's position (parallel apply) replayed nothing.
         self._replay.replaying = self._replay.replaying and not self._seqnos
 
+    def _settle(self) -> None:
+        """Finish the pending commit (its error raised here), then begin the open block's
+        transaction if it waited for it."""
+        if self._pending is not None:
+            self._pending.finish()
+        if self._begin_due:
+            self._begin_due = False
+            self._open(deferred=True)
+
+    def _finish(self, pending: _PendingCommit) -> None:
+        """Read the answers of ``pending``'s round trip, check them, COMMIT."""
+        self._pending = None
+        position = pending.position
+        self._finishing = True
+        try:
+            self._batches.answers(pending.sent)
+            pending.txn.commit()
+        except sa_exc.DBAPIError as exc:
+            pending.outcome = self._classify(exc, f"committing up to seqno {position.seqno}",
+                                             seqno=position.seqno)
+        except ConsumerError as exc:
+            pending.outcome = exc
+        except BaseException:
+            self.rollback()
+            raise
+        finally:
+            self._finishing = False
+        if pending.outcome is not None:
+            if pending.outcome.seqno < 0:
+                pending.outcome.seqno = position.seqno
+                pending.outcome.event_id = position.event_id
+            # This block and the open one (which sent nothing yet) go together.
+            self.rollback()
+            return
+        self._ddl_in_block = False
+        self._rows.count_changes(position.seqno, pending.changes)
+        # A block that only moved a channel's position (parallel apply) replayed nothing.
+        self._replay.replaying = self._replay.replaying and not pending.replayed
+        self._end(keep=True)
+
     def channel_store(self) -> SqlChannelStore:
         """Every channel's position and the shard assignments (consumers.runtime.shards)."""
         return self._positions.channel_store(self._eng)
 
     def _open_txn(self) -> sa.RootTransaction:
+        self._settle()
         if self._txn is None:
             raise RuntimeError("no open block: begin() first")
         return self._txn
 
     def rollback(self) -> None:
+        pending, self._pending = self._pending, None
+        self._begin_due = False
+        if pending is not None:
+            pending.outcome = TransientError(
+                f"{self.target}: the commit of the block up to seqno {pending.position.seqno} "
+                "was abandoned with the block after it", seqno=pending.position.seqno)
+            if self._conn is not None:
+                # Its answers are unread: the connection cannot serve again. Dropped, the
+                # server rolls the block back.
+                try:
+                    self._conn.invalidate()
+                except sa_exc.SQLAlchemyError as exc:
+                    log.debug("invalidate: %s", exc)
         self._batches.drop()
         self._rows.drop_changes()
         try:
@@ -414,6 +551,7 @@ class SqlApplier:
     def _run_ddl(self, statements: Sequence[ddl.Ddl], where: str, seqno: int) -> None:
         """DDL in the block's transaction (PostgreSQL: transactional DDL, undone with the
         block by a crash or a rollback); elsewhere on its own connection, committed."""
+        self._settle()  # the DDL comes after every earlier block
         # Rows of the block before this seqno go first, in source order.
         self._batches.flush()
         self._forget_statements()
@@ -438,3 +576,39 @@ class SqlApplier:
             conn.exec_driver_sql(stmt)
         else:
             conn.execute(stmt)
+
+
+class _Committed:
+    """A commit finished when it was begun."""
+
+    def finish(self) -> None:
+        return None
+
+
+_COMMITTED = _Committed()
+
+
+class _PendingCommit:
+    """A block's last round trip sent with its position, not yet answered."""
+
+    def __init__(self, applier: SqlApplier, sent: InFlight, txn: sa.RootTransaction,
+                 position: Position, changes: BlockChanges, replayed: bool) -> None:
+        self._applier = applier
+        self.sent = sent
+        self.txn = txn
+        self.position = position
+        #: The block's counts, reported once it is committed.
+        self.changes = changes
+        #: The block applied seqnos (not only a channel's position).
+        self.replayed = replayed
+        self.finished = False
+        #: The error that kept the block from committing (None: committed).
+        self.outcome: ConsumerError | None = None
+
+    def finish(self) -> None:
+        if not self.finished:
+            self.finished = True
+            if self.outcome is None:
+                self._applier._finish(self)
+        if self.outcome is not None:
+            raise self.outcome

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 import pymysql
@@ -46,6 +46,8 @@ from consumers.sql.render import (
     client_cursor,
     mysql_literal,
     postgresql_literal,
+    read_first_answer,
+    send_query,
 )
 from consumers.sql.statements import RowStatements, TargetTable, statement_for
 from replicator.tracking import PositionMoved
@@ -98,6 +100,19 @@ class Queued:
         if self.action is not None and self.target is not None:
             return f"{self.action.value} {preposition} {self.target.qualified}"
         return ("locking" if self.kind == "lock" else "advancing") + " trep_commit_seqno"
+
+
+@dataclass
+class InFlight:
+    """A round trip sent (``BatchWriter.transmit``) whose answers may not be read yet."""
+
+    cursor: Any
+    queued: list[Queued]
+    #: The stored position a ``lock`` among them must find (the one when it was sent).
+    expected: int | None
+    #: The highest seqno of the block they belong to.
+    seqno: int
+    answered: bool = False
 
 
 @dataclass
@@ -282,7 +297,7 @@ class BatchWriter:
         held, self.collapsed = list(self.collapsed.values()), {}
         if not held:
             return
-        cursor = client_cursor(self.ctx.db, self.ctx.dialect)
+        cursor = client_cursor(self.ctx.local, self.ctx.dialect)
         try:
             literal = (postgresql_literal(cursor) if self.ctx.dialect == "postgresql"
                        else mysql_literal(cursor))
@@ -330,7 +345,7 @@ class BatchWriter:
         if not keys:
             return
         target = held.target
-        prep = self.ctx.db.dialect.identifier_preparer
+        prep = self.ctx.local.dialect.identifier_preparer
         names = [prep.format_column(target.table.c[k]) for k in held.key]
         head = f"{verb} {prep.format_table(target.table)} WHERE " + (
             names[0] if len(names) == 1 else "(" + ", ".join(names) + ")") + " IN ("
@@ -345,7 +360,7 @@ class BatchWriter:
     def _upsert_clause(self, held: _Collapsing) -> str:
         """What turns a multi-row INSERT into an upsert on the primary key."""
         target = held.target
-        prep = self.ctx.db.dialect.identifier_preparer
+        prep = self.ctx.local.dialect.identifier_preparer
         key = [prep.format_column(target.table.c[k]) for k in held.key]
         rest = [prep.format_column(target.table.c[c.name]) for c in held.columns
                 if c.name not in target.generated and c.name not in held.key]
@@ -410,7 +425,7 @@ class BatchWriter:
         if found is None:
             stmt = statement_for(self.builder, batch.target, batch.action, batch.columns,
                                  batch.keys)
-            compiled = stmt.compile(dialect=self.ctx.db.dialect)
+            compiled = stmt.compile(dialect=self.ctx.local.dialect)
             sql = compiled.string
             order = tuple(compiled.positiontup or ()) if compiled.positional else None
             if batch.action is RowAction.INSERT:
@@ -437,7 +452,7 @@ class BatchWriter:
         (as executemany rewrites them), UPDATEs and DELETEs one statement per row, each
         checked to match its one row.
         """
-        cursor = client_cursor(self.ctx.db, self.ctx.dialect)
+        cursor = client_cursor(self.ctx.local, self.ctx.dialect)
         try:
             literal = (postgresql_literal(cursor) if self.ctx.dialect == "postgresql"
                        else mysql_literal(cursor))
@@ -463,26 +478,50 @@ class BatchWriter:
 
     def send(self) -> None:
         """The queued statements in one round trip; each one's matched rows checked."""
+        sent = self.transmit()
+        if sent is not None:
+            self.answers(sent)
+
+    def transmit(self) -> InFlight | None:
+        """The queued statements sent in one round trip, their answers not read yet (on
+        PyMySQL; psycopg reads them as it sends). Nothing else may use the connection
+        until ``answers`` has read them."""
         queued, self.queued, self.queued_bytes = self.queued, [], 0
         if not queued:
-            return
+            return None
         cursor = client_cursor(self.ctx.db, self.ctx.dialect)
+        sent = InFlight(cursor, queued, self._positions.expected, self.seqno)
+        try:
+            text = ";\n".join(q.sql for q in queued)
+            if self.ctx.dialect == "postgresql":
+                cursor.execute(text)
+                sent.answered = True
+            else:
+                send_query(cursor, text)
+        except (pymysql.MySQLError, psycopg.Error) as exc:
+            cursor.close()
+            self._fail(sent, exc)
+        return sent
+
+    def answers(self, sent: InFlight) -> None:
+        """Read and check the answers of ``transmit``'s round trip."""
+        cursor, queued = sent.cursor, sent.queued
         at = queued[0]
         mismatch: tuple[Queued, int] | None = None
         moved: PositionMoved | None = None
         position_missed = False
-        answered = False
         try:
-            cursor.execute(";\n".join(q.sql for q in queued))
-            answered = True
+            if not sent.answered:
+                read_first_answer(cursor)
+                sent.answered = True
             for i, at in enumerate(queued):
                 if i and not cursor.nextset():
                     raise RuntimeError(f"{len(queued)} statements sent, {i} results read")
                 if at.kind == "lock":
                     found = cursor.fetchone()
                     stored = None if found is None else found[0]
-                    if stored != self._positions.expected:
-                        moved = PositionMoved(self._positions.expected, stored)
+                    if stored != sent.expected:
+                        moved = PositionMoved(sent.expected, stored)
                 elif at.kind == "position":
                     position_missed = cursor.rowcount != 1
                 elif at.kind == "count":
@@ -498,18 +537,12 @@ class BatchWriter:
                 # writer's doing.
                 self._rollback()
                 raise self._positions.conflict(moved) from exc
-            # The server stopped at the failing statement: name its table like executemany.
-            doing = at.doing()
-            collapsed = any(q.collapsed for q in queued)
-            if not answered and len(queued) > 1 and isinstance(exc, psycopg.Error) \
-                    and not collapsed:
-                at, exc, doing = self._pinpoint(queued, exc)
-            raise self._target_error(exc, at.sql, doing, collapsed) from exc
+            self._fail(sent, exc, at)
         finally:
             cursor.close()
         if moved is None and position_missed:
             positions = self._positions
-            moved = PositionMoved(positions.expected,
+            moved = PositionMoved(sent.expected,
                                   positions.tracking.stored(self.ctx.db, positions.task_id))
         if moved is not None:
             self._rollback()
@@ -517,13 +550,28 @@ class BatchWriter:
         if mismatch is not None:
             at, count = mismatch
             if at.collapsed:
-                raise self._refused(f"{at.doing('of')} matched {count} of {at.rows} row(s)")
+                raise self._refused(f"{at.doing('of')} matched {count} of {at.rows} row(s)",
+                                    sent.seqno)
             raise DataError(
                 f"{at.doing('of')} on {self.ctx.target} matched {count} of {at.rows} row(s): the "
                 "target has diverged from the source")
 
+    def _fail(self, sent: InFlight, exc: pymysql.MySQLError | psycopg.Error,
+              at: Queued | None = None) -> NoReturn:
+        """Raise the consumer's error for a round trip the server refused at ``at`` (its
+        first statement if not known)."""
+        queued = sent.queued
+        at = at or queued[0]
+        # The server stopped at the failing statement: name its table like executemany.
+        doing = at.doing()
+        collapsed = any(q.collapsed for q in queued)
+        if not sent.answered and len(queued) > 1 and isinstance(exc, psycopg.Error) \
+                and not collapsed:
+            at, exc, doing = self._pinpoint(queued, exc)
+        raise self._target_error(exc, at.sql, doing, collapsed, sent.seqno) from exc
+
     def _target_error(self, exc: pymysql.MySQLError | psycopg.Error, sql: str, doing: str,
-                      collapsed: bool) -> Exception:
+                      collapsed: bool, seqno: int | None = None) -> Exception:
         """The consumer error of a driver error while ``doing`` ``sql``: a set-based
         refusal where the target refused collapsed changes as data."""
         dbapi = self.ctx.db.dialect.loaded_dbapi
@@ -532,16 +580,18 @@ class BatchWriter:
             return wrapped
         error = self.ctx.classify(wrapped, doing)
         if collapsed and isinstance(error, DataError):
-            return self._refused(str(error))
+            return self._refused(str(error), seqno)
         return error
 
-    def _refused(self, why: str) -> SetRefused:
-        """The open block goes again, in order up to its highest seqno so far."""
-        self.ordered_through = max(self.ordered_through, self.seqno)
+    def _refused(self, why: str, seqno: int | None = None) -> SetRefused:
+        """The block up to ``seqno`` (default: the open block so far) goes again, in
+        order."""
+        seqno = self.seqno if seqno is None else seqno
+        self.ordered_through = max(self.ordered_through, seqno)
         self.refused += 1
         return SetRefused(f"{self.ctx.target}: set-based apply of the block up to seqno "
-                          f"{self.seqno} refused ({why}); applying it again in order",
-                          seqno=self.seqno)
+                          f"{seqno} refused ({why}); applying it again in order",
+                          seqno=seqno)
 
     def _pinpoint(self, queued: list[Queued], exc: psycopg.Error
                   ) -> tuple[Queued, psycopg.Error, str]:

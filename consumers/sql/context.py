@@ -24,11 +24,20 @@ class TargetContext:
     dialect: str
     #: The target's URL without its password, as errors and log lines name it.
     target: str
-    #: The open block's connection (RuntimeError outside a block).
+    #: The open block's connection (RuntimeError outside a block); the applier's commit
+    #: still pending on it (``SqlApplier.commit_begin``) is finished first.
     connection: Callable[[], sa.Connection]
     classify: Classify
+    #: The same connection for work that sends nothing (escaping, compiling): a pending
+    #: commit may still be on the wire.
+    local_connection: Callable[[], sa.Connection]
 
     @property
     def db(self) -> sa.Connection:
-        """The open block's connection."""
+        """The open block's connection, ready for a round trip."""
         return self.connection()
+
+    @property
+    def local(self) -> sa.Connection:
+        """The open block's connection, to render statements with (no round trip)."""
+        return self.local_connection()

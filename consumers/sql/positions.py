@@ -100,8 +100,8 @@ class SqlTracking:
         if text is None:
             stmt = (self.tracking.lock_statement() if which == "lock"
                     else self.tracking.advance_statement())
-            text = self._texts[which] = stmt.compile(dialect=self.ctx.db.dialect).string
-        cursor = client_cursor(self.ctx.db, self.ctx.dialect)
+            text = self._texts[which] = stmt.compile(dialect=self.ctx.local.dialect).string
+        cursor = client_cursor(self.ctx.local, self.ctx.dialect)
         try:
             return str(cursor.mogrify(text, params))
         finally:

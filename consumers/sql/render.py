@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 import sqlalchemy as sa
+from pymysql.constants import COMMAND
 
 #: A parameter of a compiled statement: ``%(name)s`` (named) or ``%s`` (positional).
 _PARAM = re.compile(r"%\((\w+)\)s|%s|%%")
@@ -126,3 +127,24 @@ def client_cursor(conn: sa.Connection, dialect: str) -> Any:
     if dialect == "postgresql":
         return psycopg.ClientCursor(raw)  # type: ignore[call-overload]
     return raw.cursor()  # type: ignore[union-attr]
+
+
+def send_query(cursor: Any, sql: str) -> None:
+    """The first half of PyMySQL's ``cursor.execute(sql)``: the text goes to the server, its
+    answers stay unread (``read_first_answer``), so the client works on while the server
+    does. PyMySQL has no public call for it; these are the steps of its ``Cursor._query``
+    and ``Connection.query``."""
+    conn = cursor.connection
+    while cursor.nextset():  # what execute() does with a cursor's earlier results
+        pass
+    cursor._clear_result()
+    cursor._executed = sql
+    conn._execute_command(COMMAND.COM_QUERY, sql.encode(conn.encoding, "surrogateescape"))
+
+
+def read_first_answer(cursor: Any) -> None:
+    """The second half of ``cursor.execute``: the first statement's answer (an error the
+    server sent for it raises here); the rest follow by ``cursor.nextset()``."""
+    conn = cursor.connection
+    conn.next_result()
+    cursor._do_get_result()

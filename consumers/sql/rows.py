@@ -208,13 +208,21 @@ class RowWriter:
             # send a DELETE per row, a round trip each); unchecked: the rows may be absent.
             self._batches.execute(Batch(target, action, specs, specs, params), check=False)
 
-    def count_changes(self, seqno: int) -> None:
+    def take_changes(self) -> BlockChanges:
+        """The block's counts, taken out (``count_changes`` once it is committed): the next
+        block may begin before this one's commit is finished."""
+        taken = BlockChanges(self._changed, self._batches.collapsed_rows)
+        self._changed, self._batches.collapsed_rows = Counter(), 0
+        return taken
+
+    def count_changes(self, seqno: int, taken: BlockChanges | None = None) -> None:
         """Committed: count what the value policy changed, warn (at most once a minute per
         column)."""
-        changed, self._changed = self._changed, Counter()
-        if self._batches.collapsed_rows:
-            self.metrics.collapsed(self._batches.collapsed_rows)
-            self._batches.collapsed_rows = 0
+        if taken is None:
+            taken = self.take_changes()
+        changed = taken.changed
+        if taken.collapsed_rows:
+            self.metrics.collapsed(taken.collapsed_rows)
         now = time.monotonic()
         for (kind, table, column), count in sorted(changed.items()):
             self.metrics.values_changed(kind, count)
@@ -226,6 +234,15 @@ class RowWriter:
                 log.warning("%s: %s.%s: %d %s in the block up to seqno %d (policy of this "
                             "target; counted in trep_values_changed_total{kind=\"%s\"})",
                             self.ctx.target, table, column, count, what, seqno, kind)
+
+
+@dataclass(frozen=True)
+class BlockChanges:
+    """What a block's rows counted until its commit: values the policy changed, by (kind,
+    table, column), and row changes collapsed away."""
+
+    changed: Counter[tuple[str, str, str]]
+    collapsed_rows: int
 
 
 def _image_specs(change: RowChange) -> list[ColumnSpec]:

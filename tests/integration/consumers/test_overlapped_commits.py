@@ -1,0 +1,183 @@
+"""Overlapped commits on MariaDB (``SqlApplier.commit_begin``): a block's last round trip
+goes out with its position and the next block is applied while the server works on it.
+Nothing of a block is visible, or counted, before its commit is finished; a refusal of
+the pending block is its own error and takes the block after it along; a rollback
+abandons both. The real server, read from a second connection."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from consumers.errors import ConsumerError, PositionConflict, TransientError
+from consumers.position import Position
+from consumers.registry import ApplierContext
+from consumers.sql.applier import SqlApplier
+from consumers.sql.config import SqlTarget
+from replicator.config import ServiceSettings
+from replicator.tracking import CommitSeqnoTable
+from stack.services.mariadb import MariaDB
+from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent, ThlValue
+
+SPECS = [ColumnSpec(1, "id", "INT", primary_key=True, nullable=False),
+         ColumnSpec(2, "v", "VARCHAR", length=20)]
+
+
+class Target:
+    """A fresh schema with table ``t`` on the MariaDB target, and its tracking schema."""
+
+    def __init__(self, port: int) -> None:
+        self.name = f"ov{uuid.uuid4().hex[:10]}"
+        self.url = f"mysql+pymysql://root@127.0.0.1:{port}/"
+        self.engine = sa.create_engine(self.url)
+        with self.engine.begin() as conn:
+            conn.exec_driver_sql(f"CREATE SCHEMA {self.name}")
+            conn.exec_driver_sql(f"CREATE TABLE {self.name}.t (id INT PRIMARY KEY, "
+                                 "v VARCHAR(20))")
+
+    def applier(self) -> SqlApplier:
+        applier = SqlApplier(SqlTarget(url=self.url, statements="skip"),
+                             ApplierContext(ServiceSettings(service=self.name), "g"))
+        applier.connect()
+        applier.position()
+        return applier
+
+    def ids(self) -> list[int]:
+        """The table's keys as another session sees them (committed rows only)."""
+        with self.engine.connect() as conn:
+            return [r[0] for r in conn.exec_driver_sql(
+                f"SELECT id FROM {self.name}.t ORDER BY id")]
+
+    def stored(self) -> int | None:
+        with self.engine.connect() as conn:
+            return CommitSeqnoTable(f"tungsten_{self.name}").stored(conn, 0)
+
+    def drop(self) -> None:
+        with self.engine.begin() as conn:
+            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {self.name}")
+            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS tungsten_{self.name}")
+        self.engine.dispose()
+
+
+@pytest.fixture
+def target(mariadb_target: MariaDB) -> Iterator[Target]:
+    made = Target(mariadb_target.port)
+    yield made
+    made.drop()
+
+
+def _event(schema: str, seqno: int, action: RowAction, *ids: int) -> ThlEvent:
+    rows: list[list[ThlValue]] = [[i, f"s{seqno}"] for i in ids]
+    change = RowChange(action, schema, "t", SPECS if action is not RowAction.DELETE else [],
+                       SPECS if action is not RowAction.INSERT else [],
+                       rows if action is not RowAction.DELETE else [],
+                       rows if action is not RowAction.INSERT else [])
+    return ThlEvent(seqno=seqno, epoch=0, source_id="src", event_id=f"bin.000001:{seqno};0",
+                    shard_id=schema, tstamp=int(time.time() * 1e6), data=[change])
+
+
+def _apply(applier: SqlApplier, event: ThlEvent) -> Position:
+    applier.begin()
+    applier.apply(event)
+    return Position.of(event)
+
+
+def test_a_block_is_applied_while_the_one_before_commits_and_neither_shows_early(
+        target: Target) -> None:
+    applier = target.applier()
+    s = target.name
+    try:
+        applier.commit(_apply(applier, _event(s, 0, RowAction.INSERT, 1, 2)))
+        first = applier.commit_begin(_apply(applier, _event(s, 1, RowAction.INSERT, 3, 4)))
+        # Sent with its position, not committed: another session sees neither.
+        assert target.ids() == [1, 2] and target.stored() == 0
+        applier.begin()
+        applier.apply(_event(s, 2, RowAction.UPDATE, 3))
+        applier.apply(_event(s, 3, RowAction.INSERT, 5))
+        assert target.stored() == 0, "applying the next block must not need the target"
+        second = applier.commit_begin(Position.of(_event(s, 3, RowAction.INSERT, 5)))
+        first.finish()  # finished already, before the second block went out
+        assert target.ids() == [1, 2, 3, 4] and target.stored() == 1
+        second.finish()
+        second.finish()  # idempotent
+        assert target.ids() == [1, 2, 3, 4, 5] and target.stored() == 3
+        with target.engine.connect() as conn:
+            assert conn.exec_driver_sql(f"SELECT v FROM {s}.t WHERE id = 3").scalar() == "s2"
+        # A read of the target (here the stored position) waits for nothing: the
+        # applier is between blocks with nothing pending.
+        pos = applier.position()
+        assert pos is not None and pos.seqno == 3
+    finally:
+        applier.close()
+
+
+def test_a_refused_pending_block_is_its_own_error_and_takes_the_next_one_along(
+        target: Target) -> None:
+    applier = target.applier()
+    s = target.name
+    try:
+        applier.commit(_apply(applier, _event(s, 0, RowAction.INSERT, 1)))
+        # Seqno 1 updates a row the target does not have: diverged.
+        first = applier.commit_begin(_apply(applier, _event(s, 1, RowAction.UPDATE, 9)))
+        applier.begin()
+        applier.apply(_event(s, 2, RowAction.INSERT, 2))
+        with pytest.raises(ConsumerError) as raised:
+            applier.commit_begin(Position.of(_event(s, 2, RowAction.INSERT, 2)))
+        assert raised.value.seqno == 1, raised.value
+        with pytest.raises(ConsumerError) as again:
+            first.finish()
+        assert again.value is raised.value
+        applier.rollback()
+        assert target.ids() == [1] and target.stored() == 0
+        # The session starts again from the stored position, on a working connection.
+        pos = applier.position()
+        assert pos is not None and pos.seqno == 0
+        applier.commit(_apply(applier, _event(s, 2, RowAction.INSERT, 2)))
+        assert target.ids() == [1, 2] and target.stored() == 2
+    finally:
+        applier.close()
+
+
+def test_a_rollback_abandons_the_pending_commit_with_the_open_block(target: Target) -> None:
+    applier = target.applier()
+    s = target.name
+    try:
+        applier.commit(_apply(applier, _event(s, 0, RowAction.INSERT, 1)))
+        first = applier.commit_begin(_apply(applier, _event(s, 1, RowAction.INSERT, 2)))
+        applier.begin()
+        applier.apply(_event(s, 2, RowAction.INSERT, 3))
+        applier.rollback()
+        with pytest.raises(TransientError, match="abandoned"):
+            first.finish()
+        assert target.ids() == [1] and target.stored() == 0
+        pos = applier.position()
+        assert pos is not None and pos.seqno == 0
+        applier.commit(_apply(applier, _event(s, 1, RowAction.INSERT, 2)))
+        pending = applier.commit_begin(_apply(applier, _event(s, 2, RowAction.INSERT, 3)))
+        pending.finish()
+        assert target.ids() == [1, 2, 3] and target.stored() == 2
+    finally:
+        applier.close()
+
+
+def test_a_position_moved_by_another_writer_refuses_the_overlapped_block(
+        target: Target) -> None:
+    a, b = target.applier(), target.applier()
+    s = target.name
+    try:
+        a.commit(_apply(a, _event(s, 0, RowAction.INSERT, 1)))
+        a.commit_begin(_apply(a, _event(s, 1, RowAction.INSERT, 2))).finish()
+        assert b.position() is not None
+        b.commit(_apply(b, _event(s, 2, RowAction.INSERT, 3)))
+        pending = a.commit_begin(_apply(a, _event(s, 2, RowAction.INSERT, 4)))
+        with pytest.raises(PositionConflict, match="expected stored seqno 1, found 2"):
+            pending.finish()
+        a.rollback()
+        assert target.ids() == [1, 2, 3] and target.stored() == 2
+    finally:
+        a.close()
+        b.close()
