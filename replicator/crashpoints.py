@@ -13,6 +13,8 @@ Points (where they are, and what is durable when the process dies there):
 ``apply-between-tables``   warehouse consumer: one table of the block merged into Delta,
                            the next table not yet
 ``apply-before-position``  consumer: the block's data written, the position not yet
+``apply-commit-sent``      consumer with overlapped commits: the block's last round trip
+                           sent with its position, not committed; the next block comes
 ``apply-committed``        consumer: data and position committed, ZooKeeper mirror and
                            Kafka offset not yet
 ``extract-between-fragments`` extractor: a fragment produced, the next not yet
@@ -35,8 +37,8 @@ log = logging.getLogger(__name__)
 
 POINTS = frozenset({
     "apply-handshake", "apply-between-fragments", "apply-after-ddl", "apply-before-position",
-    "apply-between-tables", "apply-committed", "extract-between-fragments", "extract-committed",
-    "extract-xa-open",
+    "apply-between-tables", "apply-commit-sent", "apply-committed", "extract-between-fragments",
+    "extract-committed", "extract-xa-open",
 })
 ENV = "TREP_CRASH_AT"
 EXIT_STATUS = 137

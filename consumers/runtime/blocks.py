@@ -251,6 +251,7 @@ class BlockLoop:
             self.committed(block)
         else:
             self._pending = (pending, block)
+            crashpoints.reached("apply-commit-sent")
 
     def settle(self) -> None:
         """Finish the pending commit, if any, and count it as committed."""

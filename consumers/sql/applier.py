@@ -361,19 +361,22 @@ class SqlApplier:
     def commit_begin(self, position: Position) -> PendingCommit:
         """Send the block's last round trip with its position; its answers and the COMMIT
         wait for ``finish`` (or for whatever next needs the connection). Where the
-        position does not travel with the rows (PostgreSQL, the first position, the audit
-        table), the block commits at once."""
+        position does not travel with the rows (PostgreSQL, whose COPYs go by round trips
+        of their own, and the first position), the block commits at once."""
         expected = self._positions.expected
-        if not (self._batches.multi and self.dialect in MYSQL_FAMILY and expected is not None
-                and self._positions.audit is None):
+        if not (self._batches.multi and self.dialect in MYSQL_FAMILY and expected is not None):
             self._commit_now(position)
             return _COMMITTED
         try:
-            row = self._positions.commit_row(position, dt.datetime.now(dt.UTC))
+            now = dt.datetime.now(dt.UTC)
+            row = self._positions.commit_row(position, now)
             advance = self._positions.sql("advance", self._positions.tracking.advance_params(
                 row, expected))
             self._batches.close_batch()
             self._batches.emit_collapsed()
+            if self._positions.audit is not None and self._seqnos:
+                self._batches.flush()
+                self._positions.record_seqnos(self._seqnos, now)
             crashpoints.reached("apply-before-position")
             self._batches.enqueue(Queued(advance, 1, None, None, kind="position"))
             # Whatever is still pending is finished here, before this block goes out.

@@ -47,6 +47,7 @@ POINTS = {
     "apply-between-fragments": 1,  # inside the 8,000-row transaction
     "apply-after-ddl": 1,  # the ALTER TABLE ran on MariaDB, its position not yet written
     "apply-before-position": 2,  # block 1 is the DDL alone, block 2 the big transaction
+    "apply-commit-sent": 2,  # MariaDB: the big transaction's block sent, not committed
     "apply-committed": 2,
     "extract-between-fragments": 2,
     "extract-committed": 2,

@@ -125,6 +125,7 @@ def test_a_pending_commit_is_finished_when_nothing_more_comes() -> None:
                          positions=CheckedPositions(target))
     assert target.log[-1] == ("finish", 2)
     assert target.pending is None
+    assert control.status["appliedLastSeqno"] == 2
 
 
 def test_a_refused_pending_commit_stops_the_group_at_its_own_seqno() -> None:
