@@ -78,6 +78,7 @@ class ChannelWorker(BlockLoop):
     tick = _TICK
     due_between_seqnos = False
     patient_until_first_seqno = False
+    overlaps_commits = True
 
     def __init__(self, number: int, name: str, applier: Applier, limits: BlockLimits,
                  position: Position | None, passed: _Passed,
@@ -131,6 +132,7 @@ class ChannelWorker(BlockLoop):
             if self.in_seqno is not None:
                 raise RuntimeError(f"channel {self.number}: flush inside seqno {self.in_seqno}")
             self.commit()
+            self.settle()  # the stream thread waits for this flush to be counted
             self._sync(msg.sync)
             self._idle_since = time.monotonic()
             msg.done.set()
