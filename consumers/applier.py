@@ -222,12 +222,13 @@ class Pipelined(Protocol):
     else it does on the target (the next block's first statement, a read, a DDL), so the
     next block's ``begin`` and ``apply`` may come before ``finish``. ``rollback`` abandons
     a pending commit along with the open block (neither is then durable). ``commit`` stays
-    the one-step form: ``commit_begin(position).finish()``.
+    the one-step form.
     """
 
-    def commit_begin(self, position: Position) -> PendingCommit:
+    def commit_begin(self, position: Position) -> PendingCommit | None:
         """Send the open block with ``position`` (compare-and-set, as ``commit``); the
-        block is closed, its outcome is the returned commit's ``finish``."""
+        block is closed, its outcome is the returned commit's ``finish`` (None: it is
+        committed already, as by ``commit``)."""
 
 
 @runtime_checkable

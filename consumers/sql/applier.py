@@ -356,9 +356,11 @@ class SqlApplier:
         self._positions.record_check(result)
 
     def commit(self, position: Position) -> None:
-        self.commit_begin(position).finish()
+        pending = self.commit_begin(position)
+        if pending is not None:
+            pending.finish()
 
-    def commit_begin(self, position: Position) -> PendingCommit:
+    def commit_begin(self, position: Position) -> PendingCommit | None:
         """Send the block's last round trip with its position; its answers and the COMMIT
         wait for ``finish`` (or for whatever next needs the connection). Where the
         position does not travel with the rows (PostgreSQL, whose COPYs go by round trips
@@ -366,7 +368,7 @@ class SqlApplier:
         expected = self._positions.expected
         if not (self._batches.multi and self.dialect in MYSQL_FAMILY and expected is not None):
             self._commit_now(position)
-            return _COMMITTED
+            return None
         try:
             now = dt.datetime.now(dt.UTC)
             row = self._positions.commit_row(position, now)
@@ -579,16 +581,6 @@ class SqlApplier:
             conn.exec_driver_sql(stmt)
         else:
             conn.execute(stmt)
-
-
-class _Committed:
-    """A commit finished when it was begun."""
-
-    def finish(self) -> None:
-        return None
-
-
-_COMMITTED = _Committed()
 
 
 class _PendingCommit:

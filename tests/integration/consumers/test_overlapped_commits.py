@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
+from consumers.applier import PendingCommit
 from consumers.errors import ConsumerError, PositionConflict, TransientError
 from consumers.position import Position
 from consumers.registry import ApplierContext
@@ -80,6 +81,13 @@ def _event(schema: str, seqno: int, action: RowAction, *ids: int) -> ThlEvent:
                     shard_id=schema, tstamp=int(time.time() * 1e6), data=[change])
 
 
+def _sent(applier: SqlApplier, position: Position) -> PendingCommit:
+    """The block's commit begun, and left pending (the overlapped path was taken)."""
+    pending = applier.commit_begin(position)
+    assert pending is not None, "committed at once: the commit did not overlap"
+    return pending
+
+
 def _apply(applier: SqlApplier, event: ThlEvent) -> Position:
     applier.begin()
     applier.apply(event)
@@ -92,14 +100,14 @@ def test_a_block_is_applied_while_the_one_before_commits_and_neither_shows_early
     s = target.name
     try:
         applier.commit(_apply(applier, _event(s, 0, RowAction.INSERT, 1, 2)))
-        first = applier.commit_begin(_apply(applier, _event(s, 1, RowAction.INSERT, 3, 4)))
+        first = _sent(applier, _apply(applier, _event(s, 1, RowAction.INSERT, 3, 4)))
         # Sent with its position, not committed: another session sees neither.
         assert target.ids() == [1, 2] and target.stored() == 0
         applier.begin()
         applier.apply(_event(s, 2, RowAction.UPDATE, 3))
         applier.apply(_event(s, 3, RowAction.INSERT, 5))
         assert target.stored() == 0, "applying the next block must not need the target"
-        second = applier.commit_begin(Position.of(_event(s, 3, RowAction.INSERT, 5)))
+        second = _sent(applier, Position.of(_event(s, 3, RowAction.INSERT, 5)))
         first.finish()  # finished already, before the second block went out
         assert target.ids() == [1, 2, 3, 4] and target.stored() == 1
         second.finish()
@@ -122,11 +130,11 @@ def test_a_refused_pending_block_is_its_own_error_and_takes_the_next_one_along(
     try:
         applier.commit(_apply(applier, _event(s, 0, RowAction.INSERT, 1)))
         # Seqno 1 updates a row the target does not have: diverged.
-        first = applier.commit_begin(_apply(applier, _event(s, 1, RowAction.UPDATE, 9)))
+        first = _sent(applier, _apply(applier, _event(s, 1, RowAction.UPDATE, 9)))
         applier.begin()
         applier.apply(_event(s, 2, RowAction.INSERT, 2))
         with pytest.raises(ConsumerError) as raised:
-            applier.commit_begin(Position.of(_event(s, 2, RowAction.INSERT, 2)))
+            _sent(applier, Position.of(_event(s, 2, RowAction.INSERT, 2)))
         assert raised.value.seqno == 1, raised.value
         with pytest.raises(ConsumerError) as again:
             first.finish()
@@ -147,7 +155,7 @@ def test_a_rollback_abandons_the_pending_commit_with_the_open_block(target: Targ
     s = target.name
     try:
         applier.commit(_apply(applier, _event(s, 0, RowAction.INSERT, 1)))
-        first = applier.commit_begin(_apply(applier, _event(s, 1, RowAction.INSERT, 2)))
+        first = _sent(applier, _apply(applier, _event(s, 1, RowAction.INSERT, 2)))
         applier.begin()
         applier.apply(_event(s, 2, RowAction.INSERT, 3))
         applier.rollback()
@@ -157,7 +165,7 @@ def test_a_rollback_abandons_the_pending_commit_with_the_open_block(target: Targ
         pos = applier.position()
         assert pos is not None and pos.seqno == 0
         applier.commit(_apply(applier, _event(s, 1, RowAction.INSERT, 2)))
-        pending = applier.commit_begin(_apply(applier, _event(s, 2, RowAction.INSERT, 3)))
+        pending = _sent(applier, _apply(applier, _event(s, 2, RowAction.INSERT, 3)))
         pending.finish()
         assert target.ids() == [1, 2, 3] and target.stored() == 2
     finally:
@@ -170,10 +178,10 @@ def test_a_position_moved_by_another_writer_refuses_the_overlapped_block(
     s = target.name
     try:
         a.commit(_apply(a, _event(s, 0, RowAction.INSERT, 1)))
-        a.commit_begin(_apply(a, _event(s, 1, RowAction.INSERT, 2))).finish()
+        _sent(a, _apply(a, _event(s, 1, RowAction.INSERT, 2))).finish()
         assert b.position() is not None
         b.commit(_apply(b, _event(s, 2, RowAction.INSERT, 3)))
-        pending = a.commit_begin(_apply(a, _event(s, 2, RowAction.INSERT, 4)))
+        pending = _sent(a, _apply(a, _event(s, 2, RowAction.INSERT, 4)))
         with pytest.raises(PositionConflict, match="expected stored seqno 1, found 2"):
             pending.finish()
         a.rollback()
