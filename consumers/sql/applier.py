@@ -37,6 +37,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -161,7 +162,7 @@ class SqlApplier:
     def _db(self) -> sa.Connection:
         """The open block's connection, ready for a round trip: a pending commit on it is
         finished first (its error, if any, raised here)."""
-        if self._pending is not None or (self._begin_due and not self._finishing):
+        if self._pending is not None or self._begin_due:
             self._settle()
         if self._conn is None or self._txn is None:
             raise RuntimeError("no open block: begin() first")
@@ -230,12 +231,16 @@ class SqlApplier:
             # The connection still carries the last block's commit: this block's
             # transaction begins when that is finished (``_db``); its lock is only queued.
             self._begin_due = True
-            self._batches.enqueue(Queued(self._positions.sql(
-                "lock", {"w_task_id": self._positions.task_id}), 0, None, None, kind="lock"))
+            self._queue_lock()
             return
         if self._conn is not None and time.monotonic() - self._released > _KEEP_IDLE_S:
             self._end()
         self._open()
+
+    def _queue_lock(self) -> None:
+        """The position's lock, first in the block's first round trip."""
+        self._batches.enqueue(Queued(self._positions.sql(
+            "lock", {"w_task_id": self._positions.task_id}), 0, None, None, kind="lock"))
 
     def _open(self, deferred: bool = False) -> None:
         """Begin the block's transaction and queue, or take, the position's lock
@@ -253,9 +258,7 @@ class SqlApplier:
             # lock leads the block's first round trip and is checked before anything else.
             if self._batches.multi:
                 if not deferred:
-                    self._batches.enqueue(Queued(self._positions.sql(
-                        "lock", {"w_task_id": self._positions.task_id}), 0, None, None,
-                        kind="lock"))
+                    self._queue_lock()
                 return
             stored = self._positions.lock()
         except sa_exc.DBAPIError as exc:
@@ -393,7 +396,7 @@ class SqlApplier:
         if sent is None or self._txn is None:
             raise RuntimeError("a block's commit sent nothing")
         self._pending = _PendingCommit(self, sent, self._txn, position,
-                                       self._rows.take_changes(), bool(self._seqnos))
+                                       self._rows.take_changes(), replayed=bool(self._seqnos))
         self._positions.expected = position.seqno
         return self._pending
 
@@ -423,7 +426,7 @@ class SqlApplier:
             txn.commit()
             committed = True
             self._ddl_in_block = False
-            self._rows.count_changes(position.seqno)
+            self._rows.count_changes(position.seqno, self._rows.take_changes())
         except PositionMoved as exc:
             self.rollback()
             raise self._positions.conflict(exc, seqno=position.seqno) from exc
@@ -442,7 +445,7 @@ class SqlApplier:
         transaction if it waited for it."""
         if self._pending is not None:
             self._pending.finish()
-        if self._begin_due:
+        if self._begin_due and not self._finishing:
             self._begin_due = False
             self._open(deferred=True)
 
@@ -583,27 +586,26 @@ class SqlApplier:
             conn.execute(stmt)
 
 
+@dataclass
 class _PendingCommit:
     """A block's last round trip sent with its position, not yet answered."""
 
-    def __init__(self, applier: SqlApplier, sent: InFlight, txn: sa.RootTransaction,
-                 position: Position, changes: BlockChanges, replayed: bool) -> None:
-        self._applier = applier
-        self.sent = sent
-        self.txn = txn
-        self.position = position
-        #: The block's counts, reported once it is committed.
-        self.changes = changes
-        #: The block applied seqnos (not only a channel's position).
-        self.replayed = replayed
-        self.finished = False
-        #: The error that kept the block from committing (None: committed).
-        self.outcome: ConsumerError | None = None
+    applier: SqlApplier
+    sent: InFlight
+    txn: sa.RootTransaction
+    position: Position
+    #: The block's counts, reported once it is committed.
+    changes: BlockChanges
+    #: The block applied seqnos (not only a channel's position).
+    replayed: bool
+    finished: bool = False
+    #: The error that kept the block from committing (None: committed).
+    outcome: ConsumerError | None = None
 
     def finish(self) -> None:
         if not self.finished:
             self.finished = True
             if self.outcome is None:
-                self._applier._finish(self)
+                self.applier._finish(self)
         if self.outcome is not None:
             raise self.outcome

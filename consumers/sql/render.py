@@ -130,13 +130,11 @@ def client_cursor(conn: sa.Connection, dialect: str) -> Any:
 
 
 def send_query(cursor: Any, sql: str) -> None:
-    """The first half of PyMySQL's ``cursor.execute(sql)``: the text goes to the server, its
-    answers stay unread (``read_first_answer``), so the client works on while the server
-    does. PyMySQL has no public call for it; these are the steps of its ``Cursor._query``
-    and ``Connection.query``."""
+    """The first half of PyMySQL's ``cursor.execute(sql)`` on a new cursor: the text goes to
+    the server, its answers stay unread (``read_first_answer``), so the client works on
+    while the server does. PyMySQL has no public call for it; these are the steps of its
+    ``Cursor._query`` and ``Connection.query``."""
     conn = cursor.connection
-    while cursor.nextset():  # what execute() does with a cursor's earlier results
-        pass
     cursor._clear_result()
     cursor._executed = sql
     conn._execute_command(COMMAND.COM_QUERY, sql.encode(conn.encoding, "surrogateescape"))

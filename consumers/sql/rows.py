@@ -215,11 +215,9 @@ class RowWriter:
         self._changed, self._batches.collapsed_rows = Counter(), 0
         return taken
 
-    def count_changes(self, seqno: int, taken: BlockChanges | None = None) -> None:
-        """Committed: count what the value policy changed, warn (at most once a minute per
-        column)."""
-        if taken is None:
-            taken = self.take_changes()
+    def count_changes(self, seqno: int, taken: BlockChanges) -> None:
+        """The block up to ``seqno`` committed: count what the value policy changed in it
+        (``take_changes``), warn (at most once a minute per column)."""
         changed = taken.changed
         if taken.collapsed_rows:
             self.metrics.collapsed(taken.collapsed_rows)
