@@ -35,6 +35,7 @@ class Target:
         self.name = f"ov{uuid.uuid4().hex[:10]}"
         self.url = f"mysql+pymysql://root@127.0.0.1:{port}/"
         self.engine = sa.create_engine(self.url)
+        self._appliers: list[SqlApplier] = []
         with self.engine.begin() as conn:
             conn.exec_driver_sql(f"CREATE SCHEMA {self.name}")
             conn.exec_driver_sql(f"CREATE TABLE {self.name}.t (id INT PRIMARY KEY, "
@@ -45,6 +46,14 @@ class Target:
                              ApplierContext(ServiceSettings(service=self.name), "g"))
         applier.connect()
         applier.position()
+        self._appliers.append(applier)
+        return applier
+
+    def started(self, *ids: int) -> SqlApplier:
+        """An applier whose first block (seqno 0, inserting ``ids``) is committed: its
+        position is stored, so the blocks after it overlap."""
+        applier = self.applier()
+        applier.commit(_apply(applier, _event(self.name, 0, RowAction.INSERT, *ids)))
         return applier
 
     def ids(self) -> list[int]:
@@ -58,6 +67,8 @@ class Target:
             return CommitSeqnoTable(f"tungsten_{self.name}").stored(conn, 0)
 
     def drop(self) -> None:
+        for applier in self._appliers:
+            applier.close()
         with self.engine.begin() as conn:
             conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {self.name}")
             conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS tungsten_{self.name}")
@@ -96,96 +107,79 @@ def _apply(applier: SqlApplier, event: ThlEvent) -> Position:
 
 def test_a_block_is_applied_while_the_one_before_commits_and_neither_shows_early(
         target: Target) -> None:
-    applier = target.applier()
+    applier = target.started(1, 2)
     s = target.name
-    try:
-        applier.commit(_apply(applier, _event(s, 0, RowAction.INSERT, 1, 2)))
-        first = _sent(applier, _apply(applier, _event(s, 1, RowAction.INSERT, 3, 4)))
-        # Sent with its position, not committed: another session sees neither.
-        assert target.ids() == [1, 2] and target.stored() == 0
-        applier.begin()
-        applier.apply(_event(s, 2, RowAction.UPDATE, 3))
-        applier.apply(_event(s, 3, RowAction.INSERT, 5))
-        assert target.stored() == 0, "applying the next block must not need the target"
-        second = _sent(applier, Position.of(_event(s, 3, RowAction.INSERT, 5)))
-        first.finish()  # finished already, before the second block went out
-        assert target.ids() == [1, 2, 3, 4] and target.stored() == 1
-        second.finish()
-        second.finish()  # idempotent
-        assert target.ids() == [1, 2, 3, 4, 5] and target.stored() == 3
-        with target.engine.connect() as conn:
-            assert conn.exec_driver_sql(f"SELECT v FROM {s}.t WHERE id = 3").scalar() == "s2"
-        # A read of the target (here the stored position) waits for nothing: the
-        # applier is between blocks with nothing pending.
-        pos = applier.position()
-        assert pos is not None and pos.seqno == 3
-    finally:
-        applier.close()
+    first = _sent(applier, _apply(applier, _event(s, 1, RowAction.INSERT, 3, 4)))
+    # Sent with its position, not committed: another session sees neither.
+    assert target.ids() == [1, 2] and target.stored() == 0
+    applier.begin()
+    applier.apply(_event(s, 2, RowAction.UPDATE, 3))
+    applier.apply(_event(s, 3, RowAction.INSERT, 5))
+    assert target.stored() == 0, "applying the next block must not need the target"
+    second = _sent(applier, Position.of(_event(s, 3, RowAction.INSERT, 5)))
+    first.finish()  # finished already, before the second block went out
+    assert target.ids() == [1, 2, 3, 4] and target.stored() == 1
+    second.finish()
+    second.finish()  # idempotent
+    assert target.ids() == [1, 2, 3, 4, 5] and target.stored() == 3
+    with target.engine.connect() as conn:
+        assert conn.exec_driver_sql(f"SELECT v FROM {s}.t WHERE id = 3").scalar() == "s2"
+    # A read of the target (here the stored position) waits for nothing: the
+    # applier is between blocks with nothing pending.
+    pos = applier.position()
+    assert pos is not None and pos.seqno == 3
 
 
 def test_a_refused_pending_block_is_its_own_error_and_takes_the_next_one_along(
         target: Target) -> None:
-    applier = target.applier()
+    applier = target.started(1)
     s = target.name
-    try:
-        applier.commit(_apply(applier, _event(s, 0, RowAction.INSERT, 1)))
-        # Seqno 1 updates a row the target does not have: diverged.
-        first = _sent(applier, _apply(applier, _event(s, 1, RowAction.UPDATE, 9)))
-        applier.begin()
-        applier.apply(_event(s, 2, RowAction.INSERT, 2))
-        with pytest.raises(ConsumerError) as raised:
-            _sent(applier, Position.of(_event(s, 2, RowAction.INSERT, 2)))
-        assert raised.value.seqno == 1, raised.value
-        with pytest.raises(ConsumerError) as again:
-            first.finish()
-        assert again.value is raised.value
-        applier.rollback()
-        assert target.ids() == [1] and target.stored() == 0
-        # The session starts again from the stored position, on a working connection.
-        pos = applier.position()
-        assert pos is not None and pos.seqno == 0
-        applier.commit(_apply(applier, _event(s, 2, RowAction.INSERT, 2)))
-        assert target.ids() == [1, 2] and target.stored() == 2
-    finally:
-        applier.close()
+    # Seqno 1 updates a row the target does not have: diverged.
+    first = _sent(applier, _apply(applier, _event(s, 1, RowAction.UPDATE, 9)))
+    applier.begin()
+    applier.apply(_event(s, 2, RowAction.INSERT, 2))
+    with pytest.raises(ConsumerError) as raised:
+        _sent(applier, Position.of(_event(s, 2, RowAction.INSERT, 2)))
+    assert raised.value.seqno == 1, raised.value
+    with pytest.raises(ConsumerError) as again:
+        first.finish()
+    assert again.value is raised.value
+    applier.rollback()
+    assert target.ids() == [1] and target.stored() == 0
+    # The session starts again from the stored position, on a working connection.
+    pos = applier.position()
+    assert pos is not None and pos.seqno == 0
+    applier.commit(_apply(applier, _event(s, 2, RowAction.INSERT, 2)))
+    assert target.ids() == [1, 2] and target.stored() == 2
 
 
 def test_a_rollback_abandons_the_pending_commit_with_the_open_block(target: Target) -> None:
-    applier = target.applier()
+    applier = target.started(1)
     s = target.name
-    try:
-        applier.commit(_apply(applier, _event(s, 0, RowAction.INSERT, 1)))
-        first = _sent(applier, _apply(applier, _event(s, 1, RowAction.INSERT, 2)))
-        applier.begin()
-        applier.apply(_event(s, 2, RowAction.INSERT, 3))
-        applier.rollback()
-        with pytest.raises(TransientError, match="abandoned"):
-            first.finish()
-        assert target.ids() == [1] and target.stored() == 0
-        pos = applier.position()
-        assert pos is not None and pos.seqno == 0
-        applier.commit(_apply(applier, _event(s, 1, RowAction.INSERT, 2)))
-        pending = _sent(applier, _apply(applier, _event(s, 2, RowAction.INSERT, 3)))
-        pending.finish()
-        assert target.ids() == [1, 2, 3] and target.stored() == 2
-    finally:
-        applier.close()
+    first = _sent(applier, _apply(applier, _event(s, 1, RowAction.INSERT, 2)))
+    applier.begin()
+    applier.apply(_event(s, 2, RowAction.INSERT, 3))
+    applier.rollback()
+    with pytest.raises(TransientError, match="abandoned"):
+        first.finish()
+    assert target.ids() == [1] and target.stored() == 0
+    pos = applier.position()
+    assert pos is not None and pos.seqno == 0
+    applier.commit(_apply(applier, _event(s, 1, RowAction.INSERT, 2)))
+    pending = _sent(applier, _apply(applier, _event(s, 2, RowAction.INSERT, 3)))
+    pending.finish()
+    assert target.ids() == [1, 2, 3] and target.stored() == 2
 
 
 def test_a_position_moved_by_another_writer_refuses_the_overlapped_block(
         target: Target) -> None:
-    a, b = target.applier(), target.applier()
+    a, b = target.started(1), target.applier()
     s = target.name
-    try:
-        a.commit(_apply(a, _event(s, 0, RowAction.INSERT, 1)))
-        _sent(a, _apply(a, _event(s, 1, RowAction.INSERT, 2))).finish()
-        assert b.position() is not None
-        b.commit(_apply(b, _event(s, 2, RowAction.INSERT, 3)))
-        pending = _sent(a, _apply(a, _event(s, 2, RowAction.INSERT, 4)))
-        with pytest.raises(PositionConflict, match="expected stored seqno 1, found 2"):
-            pending.finish()
-        a.rollback()
-        assert target.ids() == [1, 2, 3] and target.stored() == 2
-    finally:
-        a.close()
-        b.close()
+    _sent(a, _apply(a, _event(s, 1, RowAction.INSERT, 2))).finish()
+    assert b.position() is not None
+    b.commit(_apply(b, _event(s, 2, RowAction.INSERT, 3)))
+    pending = _sent(a, _apply(a, _event(s, 2, RowAction.INSERT, 4)))
+    with pytest.raises(PositionConflict, match="expected stored seqno 1, found 2"):
+        pending.finish()
+    a.rollback()
+    assert target.ids() == [1, 2, 3] and target.stored() == 2

@@ -4,9 +4,10 @@ it is, and a failure of a pending commit stops the group at that block."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from consumers.errors import DataError, TransientError
+from consumers.errors import ConsumerError, DataError, TransientError
 from consumers.memory.applier import MemoryApplier
 from consumers.memory.config import MemoryTarget
 from consumers.position import Position
@@ -15,56 +16,87 @@ from thl_topics.event import ThlEvent
 from .test_runtime import MemoryPositions, _at, _group, _in_error, _rec, _run, _seqnos
 
 
+@dataclass
 class Pending:
-    def __init__(self, target: OverlappingTarget, position: Position,
-                 block: tuple[Any, ...]) -> None:
-        self.target = target
-        self.position = position
-        self.block = block
-        self.finished = False
-        self.error: Exception | None = None
+    """A block ``TwoStepCommits.commit_begin`` set aside; ``finish`` writes it."""
+
+    applier: TwoStepCommits
+    position: Position
+    block: tuple[Any, ...]
+    finished: bool = False
+    error: Exception | None = None
 
     def finish(self) -> None:
         if not self.finished:
             self.finished = True
-            self.target.finish(self)
+            self.applier.write(self)
         if self.error is not None:
             raise self.error
 
 
-class OverlappingTarget(MemoryApplier):
+class TwoStepCommits(MemoryApplier):
+    """A memory applier (or one derived from it) that commits in two steps (``Pipelined``):
+    ``commit_begin`` sets the block aside, ``finish`` writes it with the next class's
+    one-step commit; a failure there rolls the open block back too, as the contract
+    says."""
+
+    pending: Pending | None = None
+
+    def commit(self, position: Position) -> None:
+        self.commit_begin(position).finish()
+
+    def commit_begin(self, position: Position) -> Pending:
+        if self.pending is not None:
+            self.pending.finish()  # the contract: the earlier one first
+        block = (self._open, self._beats, self._restructures)
+        self._open = None
+        self.pending = Pending(self, position, block)
+        return self.pending
+
+    def write(self, pending: Pending) -> None:
+        """Write ``pending``'s block (unless it failed already)."""
+        self.pending = None
+        if pending.error is None:
+            current = (self._open, self._beats, self._restructures)
+            self._open, self._beats, self._restructures = pending.block
+            try:
+                super().commit(pending.position)
+            except ConsumerError as exc:
+                pending.error = exc
+            finally:
+                self._open, self._beats, self._restructures = current
+        if pending.error is not None:
+            self.rollback()
+
+    def rollback(self) -> None:
+        if self.pending is not None:
+            self.pending.error = TransientError("abandoned with the block after it")
+            self.pending.finished = True
+            self.pending = None
+        super().rollback()
+
+
+class OverlappingTarget(TwoStepCommits):
     """The memory applier in two steps; ``log`` holds what happened, in order."""
 
     def __init__(self, refuse_finish: set[int] | None = None, flaky: int = 0) -> None:
         super().__init__(MemoryTarget())
-        self.pending: Pending | None = None
         self.log: list[tuple[str, int]] = []
         #: Blocks (by last seqno) whose commit fails as data, each time.
         self.refuse_finish = refuse_finish or set()
         #: This many commits fail as transient first.
         self.flaky = flaky
 
-    def _settle(self) -> None:
-        if self.pending is not None:
-            self.pending.finish()
-
     def apply(self, event: ThlEvent) -> None:
         self.log.append(("apply", event.seqno))
         super().apply(event)
 
-    def commit(self, position: Position) -> None:
-        self.commit_begin(position).finish()
-
     def commit_begin(self, position: Position) -> Pending:
-        self._settle()  # the contract: the earlier one first
-        block = (self._open, self._beats, self._restructures)
-        self._open = None
+        pending = super().commit_begin(position)
         self.log.append(("sent", position.seqno))
-        self.pending = Pending(self, position, block)
-        return self.pending
+        return pending
 
-    def finish(self, pending: Pending) -> None:
-        self.pending = None
+    def write(self, pending: Pending) -> None:
         seqno = pending.position.seqno
         self.log.append(("finish", seqno))
         if seqno in self.refuse_finish:
@@ -72,21 +104,7 @@ class OverlappingTarget(MemoryApplier):
         elif self.flaky:
             self.flaky -= 1
             pending.error = TransientError("commit lost (test)")
-        if pending.error is not None:
-            self.rollback()
-            raise pending.error
-        current = (self._open, self._beats, self._restructures)
-        self._open, self._beats, self._restructures = pending.block
-        try:
-            MemoryApplier.commit(self, pending.position)
-        finally:
-            self._open, self._beats, self._restructures = current
-
-    def rollback(self) -> None:
-        if self.pending is not None:
-            self.pending.error = TransientError("abandoned")
-            self.pending = None
-        super().rollback()
+        super().write(pending)
 
 
 class CheckedPositions(MemoryPositions):

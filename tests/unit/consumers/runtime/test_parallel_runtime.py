@@ -24,6 +24,7 @@ from replicator.config import ConfigError
 from thl_topics.event import ColumnSpec, RowAction, RowChange, Statement, ThlEvent
 from thl_topics.reader import ThlRecord
 
+from .test_overlapped_commits import TwoStepCommits
 from .test_runtime import TRACKING, MemoryControl, MemoryFeed, MemoryPositions
 
 SCHEMAS = ("alpha", "beta", "gamma", "delta")
@@ -317,60 +318,15 @@ def test_channels_need_a_target_that_has_them() -> None:
                         channel_appliers=[MemoryApplier(MemoryTarget())])
 
 
-class _TwoStep:
-    """A channel's block written when the runtime finishes its commit."""
-
-    def __init__(self, applier: TwoStepChannelApplier, block: list[ThlEvent] | None,
-                 position: Position) -> None:
-        self.applier, self.block, self.position = applier, block, position
-        self.done = False
-        self.error: Exception | None = None
-
-    def finish(self) -> None:
-        if not self.done:
-            self.done = True
-            applier = self.applier
-            applier.pending = None
-            current, applier._open = applier._open, self.block
-            try:
-                ChannelApplier.commit(applier, self.position)
-            except TransientError as exc:
-                self.error = exc
-            finally:
-                applier._open = current
-        if self.error is not None:
-            raise self.error
-
-
-class TwoStepChannelApplier(ChannelApplier):
+class TwoStepChannelApplier(TwoStepCommits, ChannelApplier):
     """A channel that commits in two steps (``Pipelined``); counts the blocks it began
     while the one before was still pending."""
 
-    def __init__(self, target: Target, task: int, cfg: MemoryTarget | None = None) -> None:
-        super().__init__(target, task, cfg)
-        self.pending: _TwoStep | None = None
-        self.overlapped = 0
+    overlapped = 0
 
     def begin(self) -> None:
         super().begin()
         self.overlapped += self.pending is not None
-
-    def commit(self, position: Position) -> None:
-        self.commit_begin(position).finish()
-
-    def commit_begin(self, position: Position) -> _TwoStep:
-        if self.pending is not None:
-            self.pending.finish()  # the contract: the earlier one first
-        block, self._open = self._open, None
-        self.pending = _TwoStep(self, block, position)
-        return self.pending
-
-    def rollback(self) -> None:
-        if self.pending is not None:
-            self.pending.error = TransientError("abandoned with the block after it")
-            self.pending.done = True
-            self.pending = None
-        super().rollback()
 
 
 def test_channels_overlap_commits_and_still_apply_each_seqno_once() -> None:
