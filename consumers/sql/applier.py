@@ -21,14 +21,16 @@ tables), ``replay.py`` (statement events), ``restructure.py`` (renamed and dropp
 and renamed columns where statements are not replayed), ``positions.py`` (the tracking
 schema), ``readback.py`` (consistency checks).
 
-Overlapped commits (``consumers.applier.Pipelined``, MySQL-family targets through PyMySQL):
-``commit_begin`` sends the block's last round trip (its last rows and the compare-and-set of
-its position) and returns without reading the answers, so the group reads, decodes and
-renders the next block while the server executes it. The answers are read, checked and the
-transaction committed (``_PendingCommit.finish``) before anything else goes over the
-connection: the next block's first round trip, a reflection, a statement, a check. The
-next block's own transaction begins only then. A rollback abandons a pending commit with
-the block: the connection is dropped unread, so the server rolls both back.
+Overlapped commits (``consumers.applier.Pipelined``, MySQL-family targets through PyMySQL
+and PostgreSQL through psycopg): ``commit_begin`` sends the block's last round trip (its
+last rows and the compare-and-set of its position; on PostgreSQL the block's text, then the
+COPY of its last table's new rows, through libpq's asynchronous calls: ``pgwire.py``) and
+returns without reading the answers, so the group reads, decodes and renders the next
+block while the server executes it. The answers are read, checked and the transaction
+committed (``_PendingCommit.finish``) before anything else goes over the connection: the
+next block's first round trip, a reflection, a statement, a check. The next block's own
+transaction begins only then. A rollback abandons a pending commit with the block: the
+connection is dropped unread, so the server rolls both back.
 """
 
 from __future__ import annotations
@@ -269,6 +271,9 @@ class SqlApplier:
             raise self._positions.conflict(PositionMoved(self._positions.expected, stored))
 
     def apply(self, event: ThlEvent) -> None:
+        if self._pending is not None:
+            # PostgreSQL: the last block's COPY starts once its text is answered.
+            self._batches.step(self._pending.sent)
         chunk = chunk_of(event)
         loose = idempotent_tables(event)
         self._batches.seqno = event.seqno
@@ -365,27 +370,33 @@ class SqlApplier:
 
     def commit_begin(self, position: Position) -> PendingCommit | None:
         """Send the block's last round trip with its position; its answers and the COMMIT
-        wait for ``finish`` (or for whatever next needs the connection). Where the
-        position does not travel with the rows (PostgreSQL, whose COPYs go by round trips
-        of their own, and the first position), the block commits at once."""
+        wait for ``finish`` (or for whatever next needs the connection). On PostgreSQL the
+        last round trip is the block's text (the position first in it) and the COPY of its
+        last table's new rows after it, moved on by ``apply`` as the server answers. Where
+        the position is not sent with the rows (the first one, the ordered drivers), the
+        block commits at once."""
         expected = self._positions.expected
-        if not (self._batches.multi and self.dialect in MYSQL_FAMILY and expected is not None):
+        if not (self._batches.multi and expected is not None):
             self._commit_now(position)
             return None
+        mysql = self.dialect in MYSQL_FAMILY
         try:
             now = dt.datetime.now(dt.UTC)
             row = self._positions.commit_row(position, now)
             advance = self._positions.sql("advance", self._positions.tracking.advance_params(
                 row, expected))
             self._batches.close_batch()
-            self._batches.emit_collapsed()
+            if mysql:
+                self._batches.emit_collapsed()
             if self._positions.audit is not None and self._seqnos:
                 self._batches.flush()
                 self._positions.record_seqnos(self._seqnos, now)
             crashpoints.reached("apply-before-position")
             self._batches.enqueue(Queued(advance, 1, None, None, kind="position"))
+            # PostgreSQL: a COPY ends a round trip; the block's last one follows its text.
+            last = None if mysql else self._batches.emit_collapsed(open_end=True)
             # Whatever is still pending is finished here, before this block goes out.
-            sent = self._batches.transmit()
+            sent = self._batches.transmit(last)
         except sa_exc.DBAPIError as exc:
             self.rollback()
             raise self._classify(exc, f"committing up to seqno {position.seqno}",
@@ -401,28 +412,19 @@ class SqlApplier:
         return self._pending
 
     def _commit_now(self, position: Position) -> None:
+        """The block's rows, then its position by a statement of its own (the first
+        position, which no compare-and-set guards, or the ordered drivers), then COMMIT."""
         txn = self._open_txn()
         now = dt.datetime.now(dt.UTC)
         row = self._positions.commit_row(position, now)
-        # On the queued path the position travels with the block's last rows: one round
-        # trip, then COMMIT. A crash before that COMMIT undoes both alike.
         expected = self._positions.expected
         committed = False
         try:
-            advance = None if not self._batches.multi or expected is None else \
-                self._positions.sql("advance", self._positions.tracking.advance_params(
-                    row, expected))
+            self._batches.flush()
             if self._positions.audit is not None and self._seqnos:
-                self._batches.flush()
                 self._positions.record_seqnos(self._seqnos, now)
-            if advance is None:
-                self._batches.flush()
             crashpoints.reached("apply-before-position")
-            if advance is not None:
-                self._batches.enqueue(Queued(advance, 1, None, None, kind="position"))
-                self._batches.flush()
-            else:
-                self._positions.advance(row, expected)
+            self._positions.advance(row, expected)
             txn.commit()
             committed = True
             self._ddl_in_block = False

@@ -7,7 +7,10 @@ escaping (``render.py``) and queued: a block's rows travel as multi-row INSERTs 
 multi-statement round trips of about ``_ROUND_TRIP_BYTES``, together with the lock and the
 compare-and-set of the block's position (``positions.py``), instead of one round trip (or
 one server-side execution) per row. Every statement's matched-row count is still checked:
-an UPDATE or DELETE that does not match its row means the target has diverged.
+an UPDATE or DELETE that does not match its row means the target has diverged. On
+PostgreSQL a round trip is a text and, after it, at most one COPY, sent through libpq's
+asynchronous calls (``pgwire.OpenTrip``): each statement's result is its own, and a
+block's last round trip can be left to the server while the next block is applied.
 
 Set-based (``collapse``): the changes of a table with a primary key are collapsed to each
 key's net effect (``collapse.py``) and go out as a few statements per table: the keys that
@@ -29,7 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import psycopg
 import pymysql
@@ -39,6 +42,7 @@ from sqlalchemy import exc as sa_exc
 from consumers.errors import DataError, TransientError
 from consumers.sql.collapse import Key, NotCollapsed, Params, TableChanges
 from consumers.sql.context import TargetContext
+from consumers.sql.pgwire import OpenTrip, copy_data
 from consumers.sql.positions import SqlTracking
 from consumers.sql.render import (
     Literal,
@@ -87,8 +91,8 @@ class Queued:
     action: RowAction | None
     target: TargetTable | None
     #: ``rows`` (a row change), ``lock`` (reads the stored position, locked),
-    #: ``position`` (moves it: must match its one row) or ``count`` (reads a count that
-    #: must equal ``rows``).
+    #: ``position`` (moves it: must match its one row), ``count`` (reads a count that
+    #: must equal ``rows``) or ``copy`` (a COPY of ``rows`` rows, PostgreSQL).
     kind: str = "rows"
     #: A statement of collapsed changes (``SetRefused`` where the target refuses it).
     collapsed: bool = False
@@ -97,6 +101,8 @@ class Queued:
         """What the statement does, for errors."""
         if self.kind == "count" and self.target is not None:
             return f"counting keys of {self.target.qualified}"
+        if self.kind == "copy" and self.target is not None:
+            return f"copy into {self.target.qualified}"
         if self.action is not None and self.target is not None:
             return f"{self.action.value} {preposition} {self.target.qualified}"
         return ("locking" if self.kind == "lock" else "advancing") + " trep_commit_seqno"
@@ -113,6 +119,18 @@ class InFlight:
     #: The highest seqno of the block they belong to.
     seqno: int
     answered: bool = False
+    #: PostgreSQL: the round trips, through libpq's asynchronous calls.
+    trip: OpenTrip | None = None
+    #: PostgreSQL: the COPY sent after ``queued`` (in ``trip``), if any.
+    copy: Queued | None = None
+
+
+@dataclass(frozen=True)
+class LastCopy:
+    """New rows of a table as a COPY's data, formatted, to follow the queued statements."""
+
+    queued: Queued
+    data: bytes
 
 
 @dataclass
@@ -292,11 +310,14 @@ class BatchWriter:
         self.collapsed_rows += len(params)
         return len(params)
 
-    def emit_collapsed(self) -> None:
-        """The collapsed changes as statements, queued: counts, deletes, upserts, inserts."""
+    def emit_collapsed(self, open_end: bool = False) -> LastCopy | None:
+        """The collapsed changes as statements, queued: counts, deletes, upserts, inserts.
+        ``open_end``: where the last of them is a COPY (PostgreSQL), it is not sent but
+        returned, for ``transmit`` to send after the statements queued."""
         held, self.collapsed = list(self.collapsed.values()), {}
         if not held:
-            return
+            return None
+        left: LastCopy | None = None
         cursor = client_cursor(self.ctx.local, self.ctx.dialect)
         try:
             literal = (postgresql_literal(cursor) if self.ctx.dialect == "postgresql"
@@ -314,29 +335,32 @@ class BatchWriter:
                 self._insert_statements(h, list(h.changes.upserted()), literal,
                                         self._upsert_clause(h))
             for h in held:
-                self._insert_statements(h, list(h.changes.inserted()), literal, "",
-                                        copy=True)
+                left = self._insert_statements(h, list(h.changes.inserted()), literal, "",
+                                               copy=True, open_end=open_end and h is held[-1])
         finally:
             cursor.close()
+        return left
 
     def _copy(self, held: _Collapsing, sql: str, names: tuple[str, ...],
-              rows: list[Params]) -> None:
-        """New rows of a table by ``sql`` (a COPY), after everything queued before them."""
-        self.send()  # counts, deletes, upserts and earlier tables' rows go first
-        cursor = client_cursor(self.ctx.db, self.ctx.dialect)
+              rows: list[Params], open_end: bool = False) -> LastCopy | None:
+        """New rows of a table by ``sql`` (a COPY), after everything queued before them, in
+        their round trip; ``open_end``: formatted only, returned."""
+        cursor = client_cursor(self.ctx.local, self.ctx.dialect)
         try:
-            with cursor.copy(sql) as copy:
-                for row in rows:
-                    copy.write_row([row[name] for name in names])
-            copied = cursor.rowcount
+            last = LastCopy(Queued(sql, len(rows), RowAction.INSERT, held.target, kind="copy",
+                                   collapsed=True),
+                            copy_data(cursor, [[row[name] for name in names] for row in rows]))
         except psycopg.Error as exc:
             raise self._target_error(exc, sql, f"copy into {held.target.qualified}",
                                      collapsed=True) from exc
         finally:
             cursor.close()
-        if copied not in (-1, len(rows)):
-            raise self._refused(f"copy into {held.target.qualified} took {copied} of "
-                                f"{len(rows)} row(s)")
+        if open_end:
+            return last
+        sent = self.transmit(last)
+        if sent is not None:
+            self.answers(sent)
+        return None
 
     def _keys_statements(self, held: _Collapsing, verb: str, keys: list[Key],
                          literal: Literal, kind: str, all_match: bool) -> None:
@@ -374,22 +398,24 @@ class BatchWriter:
             f"{n} = VALUES({n})" for n in (rest or key))
 
     def _insert_statements(self, held: _Collapsing, rows: list[Params], literal: Literal,
-                           clause: str, copy: bool = False) -> None:
+                           clause: str, copy: bool = False, open_end: bool = False
+                           ) -> LastCopy | None:
         """Multi-row INSERTs of ``rows`` (with ``clause``) queued; ``copy``: by COPY where
-        the target takes it (PostgreSQL, ``COPY_ROWS`` rows or more, plain VALUES)."""
+        the target takes it (PostgreSQL, ``COPY_ROWS`` rows or more, plain VALUES), only
+        formatted and returned where ``open_end``."""
         if not rows:
-            return
+            return None
         batch = Batch(held.target, RowAction.INSERT, held.columns, held.columns, rows)
         rendering = self._rendering(batch)
         if copy and rendering.copy is not None and len(rows) >= COPY_ROWS:
-            self._copy(held, rendering.copy, rendering.row.names, rows)
-            return
+            return self._copy(held, rendering.copy, rendering.row.names, rows, open_end)
         if rendering.around is None:
             raise RuntimeError("an INSERT rendered as one statement per row")
         prefix, postfix = rendering.around
         for text in _joined(rendering.row.render(r, literal) for r in rows):
             self.enqueue(Queued(prefix + text + postfix + clause, 0, RowAction.INSERT,
                                 held.target, collapsed=True))
+        return None
 
     def execute(self, batch: Batch, check: bool = True) -> None:
         """One executemany; ``check``: an UPDATE or DELETE must match every row."""
@@ -482,36 +508,73 @@ class BatchWriter:
         if sent is not None:
             self.answers(sent)
 
-    def transmit(self) -> InFlight | None:
-        """The queued statements sent in one round trip, their answers not read yet (on
-        PyMySQL; psycopg reads them as it sends). Nothing else may use the connection
-        until ``answers`` has read them."""
+    def transmit(self, last: LastCopy | None = None) -> InFlight | None:
+        """The queued statements (then ``last``, on PostgreSQL) sent in one round trip, their
+        answers not read yet. Nothing else may use the connection until ``answers`` has
+        read them; on PostgreSQL ``step`` may move them on before."""
         queued, self.queued, self.queued_bytes = self.queued, [], 0
-        if not queued:
+        if not queued and last is None:
             return None
+        raw = self.ctx.db.connection.dbapi_connection
+        if self.ctx.dialect == "postgresql":
+            text = ";\n".join(q.sql for q in queued) if queued else None
+            trip = OpenTrip(cast(psycopg.Connection[Any], raw), text,
+                            None if last is None else (last.queued.sql, last.data))
+            return InFlight(None, queued, self._positions.expected, self.seqno, trip=trip,
+                            copy=None if last is None else last.queued)
+        if last is not None:
+            raise RuntimeError("a COPY for a target that has none")
         cursor = client_cursor(self.ctx.db, self.ctx.dialect)
         sent = InFlight(cursor, queued, self._positions.expected, self.seqno)
         try:
-            text = ";\n".join(q.sql for q in queued)
-            if self.ctx.dialect == "postgresql":
-                cursor.execute(text)
-                sent.answered = True
-            else:
-                send_query(cursor, text)
-        except (pymysql.MySQLError, psycopg.Error) as exc:
+            send_query(cursor, ";\n".join(q.sql for q in queued))
+        except pymysql.MySQLError as exc:
             cursor.close()
             self._fail(sent, exc)
         return sent
 
+    @staticmethod
+    def step(sent: InFlight) -> None:
+        """Move a PostgreSQL round trip on as far as the server has answered, without
+        waiting (an error is kept for ``answers``)."""
+        if sent.trip is not None:
+            sent.trip.step(wait=False)
+
     def answers(self, sent: InFlight) -> None:
         """Read and check the answers of ``transmit``'s round trip."""
-        cursor, queued = sent.cursor, sent.queued
+        queued = sent.queued
+        trip = sent.trip
+        if trip is not None:
+            trip.step(wait=True)
+            if trip.error is not None:
+                self._fail(sent, trip.error, sent.copy if not queued else None)
+            cursor: Any = trip.answers()
+        else:
+            cursor = sent.cursor
+        if queued:
+            self._statement_answers(sent, cursor)
+        if trip is not None and sent.copy is not None:
+            at = sent.copy
+            try:
+                copied = trip.copy_outcome()
+            except psycopg.Error as exc:
+                raise self._target_error(exc, at.sql, at.doing(), True, sent.seqno) from exc
+            if copied not in (None, at.rows):
+                raise self._refused(f"{at.doing()} took {copied} of {at.rows} row(s)",
+                                    sent.seqno)
+
+    def _statement_answers(self, sent: InFlight, cursor: Any) -> None:
+        """Check the answers of the queued statements of a round trip, read by ``cursor``
+        (PyMySQL's, or the results of an ``OpenTrip``)."""
+        queued = sent.queued
         at = queued[0]
         mismatch: tuple[Queued, int] | None = None
         moved: PositionMoved | None = None
         position_missed = False
         try:
-            if not sent.answered:
+            if sent.trip is not None:
+                cursor.first()
+            elif not sent.answered:
                 read_first_answer(cursor)
                 sent.answered = True
             for i, at in enumerate(queued):
@@ -560,15 +623,9 @@ class BatchWriter:
               at: Queued | None = None) -> NoReturn:
         """Raise the consumer's error for a round trip the server refused at ``at`` (its
         first statement if not known)."""
-        queued = sent.queued
-        at = at or queued[0]
-        # The server stopped at the failing statement: name its table like executemany.
-        doing = at.doing()
-        collapsed = any(q.collapsed for q in queued)
-        if not sent.answered and len(queued) > 1 and isinstance(exc, psycopg.Error) \
-                and not collapsed:
-            at, exc, doing = self._pinpoint(queued, exc)
-        raise self._target_error(exc, at.sql, doing, collapsed, sent.seqno) from exc
+        at = at or sent.queued[0]
+        collapsed = any(q.collapsed for q in sent.queued) or sent.copy is not None
+        raise self._target_error(exc, at.sql, at.doing(), collapsed, sent.seqno) from exc
 
     def _target_error(self, exc: pymysql.MySQLError | psycopg.Error, sql: str, doing: str,
                       collapsed: bool, seqno: int | None = None) -> Exception:
@@ -592,34 +649,6 @@ class BatchWriter:
         return SetRefused(f"{self.ctx.target}: set-based apply of the block up to seqno "
                           f"{seqno} refused ({why}); applying it again in order",
                           seqno=seqno)
-
-    def _pinpoint(self, queued: list[Queued], exc: psycopg.Error
-                  ) -> tuple[Queued, psycopg.Error, str]:
-        """Which statement of a round trip PostgreSQL refused, and its error.
-
-        PostgreSQL answers a multi-statement text with the first error alone, not which
-        statement raised it. The block is lost anyway (its transaction is aborted), so the
-        round trip is replayed one statement at a time in a transaction of its own, rolled
-        back. A statement that fails only after the block's earlier round trips is not
-        found that way: the error then names every statement the round trip held.
-        """
-        kinds = ", ".join(sorted({q.doing() for q in queued}))
-        unknown = queued[0], exc, f"one of {len(queued)} statements sent together ({kinds})"
-        raw = self.ctx.db.connection.dbapi_connection
-        if raw is None:
-            return unknown
-        raw.rollback()
-        cursor = client_cursor(self.ctx.db, self.ctx.dialect)
-        try:
-            for q in queued:
-                try:
-                    cursor.execute(q.sql)
-                except psycopg.Error as found:
-                    return q, found, q.doing()
-        finally:
-            cursor.close()
-            raw.rollback()
-        return unknown
 
     def forget(self) -> None:
         """Compiled statements and their texts go with the tables they were made for."""

@@ -1,8 +1,9 @@
-"""Overlapped commits on MariaDB (``SqlApplier.commit_begin``): a block's last round trip
-goes out with its position and the next block is applied while the server works on it.
-Nothing of a block is visible, or counted, before its commit is finished; a refusal of
-the pending block is its own error and takes the block after it along; a rollback
-abandons both. The real server, read from a second connection."""
+"""Overlapped commits on MariaDB and PostgreSQL (``SqlApplier.commit_begin``): a block's
+last round trip goes out with its position and the next block is applied while the server
+works on it (on PostgreSQL the block's text, then the COPY of its new rows, moved on as the
+server answers). Nothing of a block is visible, or counted, before its commit is finished;
+a refusal of the pending block is its own error and takes the block after it along; a
+rollback abandons both. The real servers, read from a second connection."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from consumers.sql.config import SqlTarget
 from replicator.config import ServiceSettings
 from replicator.tracking import CommitSeqnoTable
 from stack.services.mariadb import MariaDB
+from stack.services.postgresql import PostgreSQL
 from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent, ThlValue
 
 SPECS = [ColumnSpec(1, "id", "INT", primary_key=True, nullable=False),
@@ -29,12 +31,13 @@ SPECS = [ColumnSpec(1, "id", "INT", primary_key=True, nullable=False),
 
 
 class Target:
-    """A fresh schema with table ``t`` on the MariaDB target, and its tracking schema."""
+    """A fresh schema with table ``t`` on a target, and its tracking schema."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, url: str) -> None:
         self.name = f"ov{uuid.uuid4().hex[:10]}"
-        self.url = f"mysql+pymysql://root@127.0.0.1:{port}/"
+        self.url = url
         self.engine = sa.create_engine(self.url)
+        self._cascade = " CASCADE" if url.startswith("postgresql") else ""
         self._appliers: list[SqlApplier] = []
         with self.engine.begin() as conn:
             conn.exec_driver_sql(f"CREATE SCHEMA {self.name}")
@@ -70,14 +73,24 @@ class Target:
         for applier in self._appliers:
             applier.close()
         with self.engine.begin() as conn:
-            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {self.name}")
-            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS tungsten_{self.name}")
+            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {self.name}{self._cascade}")
+            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS tungsten_{self.name}{self._cascade}")
         self.engine.dispose()
 
 
+@pytest.fixture(params=["mariadb", "postgresql"])
+def target(request: pytest.FixtureRequest, mariadb_target: MariaDB,
+           postgresql: PostgreSQL) -> Iterator[Target]:
+    made = Target(f"mysql+pymysql://root@127.0.0.1:{mariadb_target.port}/"
+                  if request.param == "mariadb" else
+                  f"postgresql+psycopg://postgres@127.0.0.1:{postgresql.port}/postgres")
+    yield made
+    made.drop()
+
+
 @pytest.fixture
-def target(mariadb_target: MariaDB) -> Iterator[Target]:
-    made = Target(mariadb_target.port)
+def pg_target(postgresql: PostgreSQL) -> Iterator[Target]:
+    made = Target(f"postgresql+psycopg://postgres@127.0.0.1:{postgresql.port}/postgres")
     yield made
     made.drop()
 
@@ -183,3 +196,50 @@ def test_a_position_moved_by_another_writer_refuses_the_overlapped_block(
         pending.finish()
     a.rollback()
     assert target.ids() == [1, 2, 3] and target.stored() == 2
+
+
+def test_postgresql_a_copy_left_open_commits_with_its_block_or_not_at_all(
+        pg_target: Target) -> None:
+    """The pending block ends with a COPY (enough new rows for one): it goes on while the
+    next block is applied, shows nothing before its commit, and a rollback takes it back
+    whatever step it had reached."""
+    target = pg_target
+    applier = target.started(1)
+    s = target.name
+    many = list(range(100, 200))
+    _sent(applier, _apply(applier, _event(s, 1, RowAction.INSERT, *many)))
+    applier.begin()
+    applier.apply(_event(s, 2, RowAction.INSERT, 2))  # moves the COPY on
+    assert target.ids() == [1] and target.stored() == 0
+    applier.rollback()
+    assert target.ids() == [1] and target.stored() == 0
+    pos = applier.position()
+    assert pos is not None and pos.seqno == 0
+    first = _sent(applier, _apply(applier, _event(s, 1, RowAction.INSERT, *many)))
+    applier.begin()
+    applier.apply(_event(s, 2, RowAction.INSERT, 2))
+    second = _sent(applier, Position.of(_event(s, 2, RowAction.INSERT, 2)))
+    first.finish()
+    assert target.ids() == [1, *many] and target.stored() == 1
+    second.finish()
+    assert target.ids() == [1, 2, *many] and target.stored() == 2
+
+
+def test_postgresql_a_copy_the_target_refuses_is_the_pending_blocks_own_error(
+        pg_target: Target) -> None:
+    """A new row whose key the target has already: the COPY fails on the server after
+    the block's text was answered; the error is the pending block's (set-based apply
+    refused up to its seqno), nothing of either block stays."""
+    target = pg_target
+    applier = target.started(1)
+    s = target.name
+    first = _sent(applier, _apply(applier, _event(s, 1, RowAction.INSERT, *range(100, 199), 1)))
+    applier.begin()
+    applier.apply(_event(s, 2, RowAction.INSERT, 2))
+    with pytest.raises(TransientError, match="up to seqno 1 refused") as raised:
+        first.finish()
+    assert raised.value.seqno == 1
+    applier.rollback()
+    assert target.ids() == [1] and target.stored() == 0
+    pos = applier.position()
+    assert pos is not None and pos.seqno == 0
