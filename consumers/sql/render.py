@@ -102,7 +102,13 @@ def mysql_literal(cursor: Any) -> Literal:
     def literal(value: object) -> str:
         kind = type(value)
         if kind is str:
-            return "'" + escape(value) + "'"  # type: ignore[arg-type]
+            text: str = value  # type: ignore[assignment]
+            # Most strings hold nothing either escaping mode changes: seven scans for one
+            # character each cost a third of the escaping's character-by-character table.
+            if "'" in text or "\\" in text or '"' in text or "\n" in text or "\r" in text \
+                    or "\x00" in text or "\x1a" in text:
+                return "'" + escape(text) + "'"
+            return "'" + text + "'"
         if kind is int:
             return str(value)
         if value is None:

@@ -3,10 +3,12 @@ literals are checked against the real servers in tests/integration/consumers).""
 
 from __future__ import annotations
 
+import random
 from decimal import Decimal
 from typing import Any
 
 import pytest
+from pymysql.converters import escape_string
 
 from consumers.sql.render import Template, mysql_literal, postgresql_literal
 
@@ -96,3 +98,25 @@ def test_mysql_literals_escape_strings_as_the_connection_does(no_backslash: bool
     assert literal("it's \\") == expected
     assert literal(True) == "driver(True)"
     assert literal(b"\x00") == "driver(b'\\x00')"
+
+
+class _PyMySQLConnection(_Connection):
+    """PyMySQL's own ``Connection.escape_string``: its table of escapes, or quotes doubled
+    under NO_BACKSLASH_ESCAPES."""
+
+    def escape_string(self, text: str) -> str:
+        return text.replace("'", "''") if self.no_backslash else escape_string(text)
+
+
+@pytest.mark.parametrize("no_backslash", [False, True])
+def test_mysql_string_literals_equal_pymysqls_escaping_for_every_special_character(
+        no_backslash: bool) -> None:
+    literal = mysql_literal(_Cursor(_PyMySQLConnection(no_backslash=no_backslash)))
+    escape = _PyMySQLConnection(no_backslash=no_backslash).escape_string
+    rng = random.Random(33)
+    alphabet = ["a", "Z", "0", " ", "-", "é", "字", "\U0001f600", "%", "`", "\t",
+                *"'\\\"\n\r\x00\x1a"]
+    texts = ["", "plain", *alphabet] + ["".join(rng.choice(alphabet) for _ in range(
+        rng.randint(1, 40))) for _ in range(2000)]
+    for text in texts:
+        assert literal(text) == "'" + escape(text) + "'", repr(text)
