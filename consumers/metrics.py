@@ -103,6 +103,9 @@ class ConsumerMetrics:
         self._f.collapsed.labels(*self._values).inc(0)
         self._f.set_refused.labels(*self._values).inc(0)
         self._depth = 0
+        # Counted for every event: the series looked up once (labels() takes a lock and
+        # builds its key each call).
+        self._rows = self._f.rows.labels(*self._values)
 
     @classmethod
     def disabled(cls) -> ConsumerMetrics:
@@ -155,8 +158,7 @@ class ConsumerMetrics:
         self._f.set_refused.labels(*self._values).inc(blocks)
 
     def rows(self, event: ThlEvent) -> None:
-        self._f.rows.labels(*self._values).inc(
-            sum(item.row_count for item in event.data if isinstance(item, RowChange)))
+        self._rows.inc(sum(item.row_count for item in event.data if isinstance(item, RowChange)))
 
     def applied(self, events: int, last_seqno: int, latency: float) -> None:
         """A block of ``events`` seqnos committed, up to ``last_seqno``."""
