@@ -34,6 +34,29 @@ class Replica(MariaDB):
         super().__init__("mariadb-replica", server_id=3, binlog=False)
 
 
+#: A target server counts as quiet below this share of one core, measured over QUIET_WINDOW_S.
+QUIET_SHARE = 0.05
+QUIET_WINDOW_S = 0.5
+#: Seconds to wait for quiet servers at most before a run is timed anyway.
+QUIET_LIMIT_S = 30.0
+
+
+def quiet_servers() -> float:
+    """Wait until the target servers are idle; the seconds waited.
+
+    One run's leftovers (InnoDB flushing and purging the rows it wrote, PostgreSQL's
+    autovacuum, a dropped schema's files) would otherwise be charged to the next run,
+    which shares this machine's two cores with them."""
+    pids = [target_pid("mariadb"), target_pid("postgresql")]
+    started = time.monotonic()
+    while time.monotonic() - started < QUIET_LIMIT_S:
+        before = sum(tree_cpu(p) for p in pids)
+        time.sleep(QUIET_WINDOW_S)
+        if sum(tree_cpu(p) for p in pids) - before < QUIET_SHARE * QUIET_WINDOW_S:
+            break
+    return round(time.monotonic() - started, 1)
+
+
 def server_pid(server: MariaDB) -> int:
     """The mariadbd process id of a stack server."""
     return int(server.pid_file.read_text().split()[0])
@@ -67,6 +90,7 @@ def run_native(replica: Replica, work: Workload, timeout: float) -> dict[str, An
             raise SystemExit("the replica did not fetch the relay log in time")
         time.sleep(0.1)
     pid = server_pid(replica)
+    settled = quiet_servers()
     cpu0 = cpu_seconds(pid, children=True)
     started = time.monotonic()
     query(port, f"START SLAVE SQL_THREAD UNTIL MASTER_LOG_FILE='{work.end[0]}', "
@@ -88,7 +112,8 @@ def run_native(replica: Replica, work: Workload, timeout: float) -> dict[str, An
         raise SystemExit("the native replica differs from the source")
     return {"applier": "mariadb-native-sql-thread", "wall_seconds": round(elapsed, 3),
             "rows_per_second": round(work.rows / elapsed),
-            "cpu_seconds_per_million_rows": round(cpu / work.rows * 1e6, 1)}
+            "cpu_seconds_per_million_rows": round(cpu / work.rows * 1e6, 1),
+            "settle_seconds": settled}
 
 
 def applied(engine: sa.Engine, cfg: ServiceConfig) -> int:
@@ -166,6 +191,7 @@ def run_apply(cfg: ServiceConfig, path: Path, group: str, work: Workload, tail: 
     """One consumer group alone, from an empty target to the THL tail, timed."""
     engine = reset_target(cfg, group, work.schema)
     server = target_pid(group)
+    settled = quiet_servers()
     server_cpu0 = tree_cpu(server)
     run = time_group(path, RUN / f"{cfg.service}-{group}.log", group,
                      lambda: applied(engine, cfg), tail, timeout, cpu_children=True)
@@ -177,11 +203,15 @@ def run_apply(cfg: ServiceConfig, path: Path, group: str, work: Workload, tail: 
         "applier": f"tungsten-kafka-{group}", "wall_seconds": round(run.seconds, 2),
         "rows_per_second": round(work.rows / run.seconds), "cpu_seconds": round(cpu, 2),
         "cpu_seconds_per_million_rows": round((cpu + server_cpu) / work.rows * 1e6, 1),
-        "applier_cpu_share": round(cpu / (cpu + server_cpu), 2) if cpu + server_cpu else None}
+        "applier_cpu_share": round(cpu / (cpu + server_cpu), 2) if cpu + server_cpu else None,
+        "settle_seconds": settled}
     figures = run.figures(work.rows, tail)
     steady = figures.get("steady_rows_per_second")
     if steady is not None and run.first is not None and tail > run.first.seqno:
         result["steady_rows_per_second"] = steady
+        # Process start to the first stored position: what separates the two rates.
+        result["startup_seconds"] = figures.get("startup_seconds")
+        result["first_commit_seqno"] = run.first.seqno
         # Like the native SQL thread's figure, without the process's start (imports, Kafka,
         # the handshake): the group's CPU after its first commit, plus the target server's
         # (idle before the first block).

@@ -29,6 +29,7 @@ still is.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -349,7 +350,7 @@ class BatchWriter:
         try:
             last = LastCopy(Queued(sql, len(rows), RowAction.INSERT, held.target, kind="copy",
                                    collapsed=True),
-                            copy_data(cursor, [[row[name] for name in names] for row in rows]))
+                            copy_data(cursor, list(map(_picker(names), rows))))
         except psycopg.Error as exc:
             raise self._target_error(exc, sql, f"copy into {held.target.qualified}",
                                      collapsed=True) from exc
@@ -661,6 +662,14 @@ class BatchWriter:
         self.collapsed = {}
         self.collapsed_rows = 0
         self.queued, self.queued_bytes = [], 0
+
+
+def _picker(names: tuple[str, ...]) -> Callable[[Params], tuple[object, ...]]:
+    """A row's values of ``names``, in order, as a tuple (one C call a row)."""
+    if len(names) == 1:
+        name = names[0]
+        return lambda row: (row[name],)
+    return operator.itemgetter(*names)
 
 
 def _joined(rows: Iterable[str]) -> Iterator[str]:
