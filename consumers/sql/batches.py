@@ -516,8 +516,8 @@ class BatchWriter:
         queued, self.queued, self.queued_bytes = self.queued, [], 0
         if not queued and last is None:
             return None
-        raw = self.ctx.db.connection.dbapi_connection
         if self.ctx.dialect == "postgresql":
+            raw = self.ctx.db.connection.dbapi_connection
             text = ";\n".join(q.sql for q in queued) if queued else None
             trip = OpenTrip(cast(psycopg.Connection[Any], raw), text,
                             None if last is None else (last.queued.sql, last.data))
