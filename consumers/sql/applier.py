@@ -273,7 +273,7 @@ class SqlApplier:
     def apply(self, event: ThlEvent) -> None:
         if self._pending is not None:
             # PostgreSQL: the last block's COPY starts once its text is answered.
-            self._batches.step(self._pending.sent)
+            self._pending.sent.step()
         chunk = chunk_of(event)
         loose = idempotent_tables(event)
         self._batches.seqno = event.seqno

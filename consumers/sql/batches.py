@@ -125,6 +125,12 @@ class InFlight:
     #: PostgreSQL: the COPY sent after ``queued`` (in ``trip``), if any.
     copy: Queued | None = None
 
+    def step(self) -> None:
+        """Move a PostgreSQL round trip on as far as the server has answered, without
+        waiting (an error is kept for ``BatchWriter.answers``)."""
+        if self.trip is not None:
+            self.trip.step(wait=False)
+
 
 @dataclass(frozen=True)
 class LastCopy:
@@ -358,9 +364,7 @@ class BatchWriter:
             cursor.close()
         if open_end:
             return last
-        sent = self.transmit(last)
-        if sent is not None:
-            self.answers(sent)
+        self.send(last)
         return None
 
     def _keys_statements(self, held: _Collapsing, verb: str, keys: list[Key],
@@ -503,16 +507,17 @@ class BatchWriter:
         self.queued.append(queued)
         self.queued_bytes += len(queued.sql) + 1
 
-    def send(self) -> None:
-        """The queued statements in one round trip; each one's matched rows checked."""
-        sent = self.transmit()
+    def send(self, last: LastCopy | None = None) -> None:
+        """The queued statements (then ``last``) in one round trip; each one's matched rows
+        checked."""
+        sent = self.transmit(last)
         if sent is not None:
             self.answers(sent)
 
     def transmit(self, last: LastCopy | None = None) -> InFlight | None:
         """The queued statements (then ``last``, on PostgreSQL) sent in one round trip, their
         answers not read yet. Nothing else may use the connection until ``answers`` has
-        read them; on PostgreSQL ``step`` may move them on before."""
+        read them; on PostgreSQL ``InFlight.step`` may move them on before."""
         queued, self.queued, self.queued_bytes = self.queued, [], 0
         if not queued and last is None:
             return None
@@ -533,13 +538,6 @@ class BatchWriter:
             cursor.close()
             self._fail(sent, exc)
         return sent
-
-    @staticmethod
-    def step(sent: InFlight) -> None:
-        """Move a PostgreSQL round trip on as far as the server has answered, without
-        waiting (an error is kept for ``answers``)."""
-        if sent.trip is not None:
-            sent.trip.step(wait=False)
 
     def answers(self, sent: InFlight) -> None:
         """Read and check the answers of ``transmit``'s round trip."""

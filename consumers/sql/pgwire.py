@@ -7,7 +7,7 @@ would wait for the server. ``OpenTrip`` sends them through libpq's asynchronous 
 (psycopg's public ``pq`` layer): the text goes at once, and each later step (the COPY's
 start, its rows, its end) is taken when the server has answered the one before, by
 ``step`` without waiting while the client works on the next block, or waiting when the
-answers are needed. Nothing else may use the connection until ``step`` says it is done.
+answers are needed. Nothing else may use the connection until a waiting ``step`` returned.
 """
 
 from __future__ import annotations
@@ -44,9 +44,8 @@ class OpenTrip:
         self._copy = copy
         #: The text's results, one a statement up to the first that failed.
         self.results: list[PGresult] = []
-        #: The COPY's result (None: not sent, or no answer yet).
-        self.copied: PGresult | None = None
-        self._copy_results: list[PGresult] = []
+        #: The COPY's results (its one, once answered; none if it was not sent).
+        self._copied: list[PGresult] = []
         #: What broke the connection itself (None: the server answered everything).
         self.error: psycopg.Error | None = None
         # The transaction psycopg would begin before the first statement (libpq's calls
@@ -63,18 +62,13 @@ class OpenTrip:
         except psycopg.Error as exc:
             self._failed(exc)
 
-    @property
-    def done(self) -> bool:
-        return self._stage is _Stage.DONE
-
-    def step(self, wait: bool) -> bool:
-        """Take every step the server's answers allow (``wait``: until the last); True when
-        nothing is left open."""
+    def step(self, wait: bool) -> None:
+        """Take every step the server's answers allow (``wait``: until the last)."""
         try:
             while self._stage is not _Stage.DONE:
                 if self._stage is _Stage.TEXT:
                     if not self._collect(self.results, wait):
-                        return False
+                        return
                     if self._begun and self.results and \
                             self.results[0].status == pq.ExecStatus.COMMAND_OK:
                         del self.results[0]
@@ -87,21 +81,19 @@ class OpenTrip:
                         self._stage = _Stage.COPY_START
                 elif self._stage is _Stage.COPY_START:
                     if not self._ready(wait):
-                        return False
+                        return
                     started = self._pgconn.get_result()
                     if started is not None and started.status == pq.ExecStatus.COPY_IN:
                         self._put(self._copy[1] if self._copy else b"")
                     elif started is not None:
-                        self._copy_results.append(started)  # refused at its start
+                        self._copied.append(started)  # refused at its start
                     self._stage = _Stage.COPY_END
                 else:
-                    if not self._collect(self._copy_results, wait):
-                        return False
-                    self.copied = self._copy_results[0] if self._copy_results else None
+                    if not self._collect(self._copied, wait):
+                        return
                     self._stage = _Stage.DONE
         except psycopg.Error as exc:
             self._failed(exc)
-        return True
 
     def _failed(self, exc: psycopg.Error) -> None:
         self.error = exc
@@ -130,7 +122,7 @@ class OpenTrip:
         """The COPY's rows and its end (the connection is non-blocking: libpq may take
         them in steps)."""
         for start in range(0, len(data), _COPY_CHUNK):
-            chunk = data if len(data) <= _COPY_CHUNK else data[start:start + _COPY_CHUNK]
+            chunk = data[start:start + _COPY_CHUNK]  # the whole of it: no copy
             while not self._pgconn.put_copy_data(chunk):
                 _wait(self._pgconn, write=True)
         while not self._pgconn.put_copy_end():
@@ -147,11 +139,12 @@ class OpenTrip:
 
     def copy_outcome(self) -> int | None:
         """The rows the COPY took (None if the server did not say); its error raised."""
-        if self.copied is None:
+        if not self._copied:
             return None
-        if self.copied.status != pq.ExecStatus.COMMAND_OK:
-            raise result_error(self.copied, self._encoding)
-        return self.copied.command_tuples
+        copied = self._copied[0]
+        if copied.status != pq.ExecStatus.COMMAND_OK:
+            raise result_error(copied, self._encoding)
+        return copied.command_tuples
 
 
 #: Bytes of COPY data handed to libpq at a time.

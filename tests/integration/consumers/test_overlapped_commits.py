@@ -82,17 +82,20 @@ class Target:
 def target(request: pytest.FixtureRequest, mariadb_target: MariaDB,
            postgresql: PostgreSQL) -> Iterator[Target]:
     made = Target(f"mysql+pymysql://root@127.0.0.1:{mariadb_target.port}/"
-                  if request.param == "mariadb" else
-                  f"postgresql+psycopg://postgres@127.0.0.1:{postgresql.port}/postgres")
+                  if request.param == "mariadb" else _pg_url(postgresql))
     yield made
     made.drop()
 
 
 @pytest.fixture
 def pg_target(postgresql: PostgreSQL) -> Iterator[Target]:
-    made = Target(f"postgresql+psycopg://postgres@127.0.0.1:{postgresql.port}/postgres")
+    made = Target(_pg_url(postgresql))
     yield made
     made.drop()
+
+
+def _pg_url(postgresql: PostgreSQL) -> str:
+    return f"postgresql+psycopg://postgres@127.0.0.1:{postgresql.port}/postgres"
 
 
 def _event(schema: str, seqno: int, action: RowAction, *ids: int) -> ThlEvent:
