@@ -11,6 +11,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from thl_topics import offset_search
 from thl_topics.chunks import Joiner
 from thl_topics.client import (
     ClientSettings,
@@ -138,28 +139,41 @@ class ThlReader:
                 return None
             raise self._read_error(err, f"read failed at offset {offset}")
 
+    def _park(self) -> None:
+        """Stop fetching until the next read. An assigned consumer fetches on by itself (up
+        to 64 MiB of records ahead, or a request every ``fetch.wait.max.ms`` at the end of
+        the topic) for a reader that may then sit idle for hours, as a feed's does."""
+        try:
+            self._consumer.unassign()
+        except (KafkaException, RuntimeError) as exc:  # closed, or the broker is away
+            log.debug("THL topic %s: unassigning the reader: %s", self.topic, exc)
+
     def offset_of(self, seqno: int, fragno: int = 0) -> int:
         """The offset of the first record at or after fragment ``fragno`` of ``seqno`` (the
         high watermark if none).
 
-        A binary search over offsets: the partition's offsets grow with seqno, and probing an
-        offset returns the next record kept, so compaction gaps and transaction markers are
-        stepped over. O(log n) fetches.
+        A search over offsets (``offset_search``): the partition's offsets grow with seqno,
+        and probing an offset returns the next record kept, so compaction gaps and
+        transaction markers are stepped over.
         """
-        lo, hi = self.watermarks()
-        while lo < hi:
-            mid = (lo + hi) // 2
-            msg = self._first_at(mid)
-            if msg is None or _offset(msg) >= hi:
-                hi = mid
-                continue
-            if parse_key(msg.key() or b"") >= (seqno, fragno):
-                hi = mid
-            else:
-                lo = _offset(msg) + 1
-        # lo may be a transaction marker or an aborted record: report the record itself.
+        probed: dict[int, Message | None] = {}
+
+        def probe(offset: int) -> tuple[int, tuple[int, int]] | None:
+            msg = probed[offset] = self._first_at(offset)
+            return None if msg is None else (_offset(msg), parse_key(msg.key() or b""))
+
+        low, high = self.watermarks()
+        try:
+            lo = offset_search.search((seqno, fragno), low, high, probe)
+        finally:
+            self._park()
+        # lo may be a transaction marker or an aborted record: report the record itself
+        # (the probe's, if it found one there; records committed since count too).
+        msg = probed.get(lo)
+        if msg is not None:
+            return _offset(msg)
         end = self.watermarks()[1]
-        msg = self._first_at(lo) if lo < end else None
+        msg = self._read_one(lo) if lo < end else None
         return end if msg is None else _offset(msg)
 
     def records(self, start_offset: int, end_offset: int | None = None) -> Iterator[ThlRecord]:
@@ -182,20 +196,23 @@ class ThlReader:
         if start_offset >= end:
             return
         self._consumer.assign([TopicPartition(self.topic, 0, start_offset)])
-        while True:
-            msg = self._consumer.poll(self.poll_timeout)
-            if msg is None:
-                raise self._unavailable(self._silent())
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
+        try:
+            while True:
+                msg = self._consumer.poll(self.poll_timeout)
+                if msg is None:
+                    raise self._unavailable(self._silent())
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return
+                    raise self._read_error(err, "read failed")
+                if _offset(msg) >= end:
                     return
-                raise self._read_error(err, "read failed")
-            if _offset(msg) >= end:
-                return
-            yield msg
-            if _offset(msg) + 1 >= end:
-                return
+                yield msg
+                if _offset(msg) + 1 >= end:
+                    return
+        finally:
+            self._park()
 
     def _silent(self) -> str:
         return (f"{self.topic}: no answer from Kafka at {self._conf['bootstrap.servers']} "
@@ -279,10 +296,17 @@ class ThlReader:
 
     def sample(self, offset: int) -> tuple[int, int] | None:
         """(offset, seqno) of the first record at or after ``offset``, None past the end."""
-        msg = self._first_at(offset)
+        msg = self._read_one(offset)
         if msg is None:
             return None
         return _offset(msg), parse_key(msg.key() or b"")[0]
+
+    def _read_one(self, offset: int) -> Message | None:
+        """The first record at or after ``offset`` (None past the end), fetching no more."""
+        try:
+            return self._first_at(offset)
+        finally:
+            self._park()
 
     def to_record(self, msg: Message) -> ThlRecord:
         """Decode one Kafka message of the THL topic (a whole fragment: chunks are joined by

@@ -64,8 +64,11 @@ class Consumer:
     def assign(self, parts: list[Any]) -> None:
         self.next = parts[0].offset
 
+    def unassign(self) -> None:
+        self.next = -1
+
     def poll(self, timeout: float) -> Msg | None:
-        if self.number in self.broker.stuck or self.next >= self.broker.end:
+        if self.number in self.broker.stuck or not 0 <= self.next < self.broker.end:
             return None
         msg, self.next = Msg(self.next), self.next + 1
         return msg
