@@ -417,7 +417,7 @@ class BatchWriter:
         if rendering.around is None:
             raise RuntimeError("an INSERT rendered as one statement per row")
         prefix, postfix = rendering.around
-        for text in _joined(rendering.row.render(r, literal) for r in rows):
+        for text in _joined(rendering.row.render_all(rows, literal)):
             self.enqueue(Queued(prefix + text + postfix + clause, 0, RowAction.INSERT,
                                 held.target, collapsed=True))
         return None
@@ -495,7 +495,7 @@ class BatchWriter:
                                         batch.action, batch.target))
                 return
             prefix, postfix = rendering.around
-            for text in _joined(row.render(params, literal) for params in batch.params):
+            for text in _joined(row.render_all(batch.params, literal)):
                 self.enqueue(Queued(prefix + text + postfix, 0, batch.action, batch.target))
         finally:
             cursor.close()

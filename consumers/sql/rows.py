@@ -174,7 +174,8 @@ class RowWriter:
         found = self._layouts[key] = _Layout(
             change.column_specs, change.key_specs, images, target,
             self._adapter(target, change.column_specs), self._adapter(target, change.key_specs),
-            binder(change.action, change.key_specs), any(c.primary_key for c in images),
+            binder(change.action, change.key_specs, len(change.column_specs)),
+            any(c.primary_key for c in images),
             self._tables.generation)
         return found
 

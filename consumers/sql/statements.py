@@ -147,12 +147,21 @@ def _param_names(names: tuple[str, ...], prefix: str, count: int) -> Sequence[st
     return names if count <= len(names) else [f"{prefix}{i}" for i in range(count)]
 
 
-def binder(action: RowAction, keys: Sequence[ColumnSpec]) -> Binder:
-    """``bind_rows`` for one action and key layout, its choices made once."""
+def binder(action: RowAction, keys: Sequence[ColumnSpec], width: int | None = None
+           ) -> Binder:
+    """``bind_rows`` for one action and key layout, its choices made once; ``width``: the
+    after images' column count, where every row has it (adapted rows do: ``row_adapter``
+    refuses another count), else each call takes the longest row's."""
     has_pk = any(c.primary_key for c in keys)
     key_index = [i for i, c in enumerate(keys) if c.primary_key or not has_pk]
     key_names = [_param_names(_KEY_NAMES, "k", len(keys))[i] for i in key_index]
     pick = operator.itemgetter(*key_index) if len(key_index) > 1 else None
+    fixed = None if width is None else tuple(_param_names(_AFTER_NAMES, "v", width)[:width])
+
+    def after_names(after: Sequence[Sequence[object]]) -> Sequence[str]:
+        if fixed is not None:
+            return fixed
+        return _param_names(_AFTER_NAMES, "v", max(map(len, after), default=0))
 
     def key_params(row: Sequence[object]) -> Iterator[tuple[str, object]]:
         if pick is not None:
@@ -162,16 +171,29 @@ def binder(action: RowAction, keys: Sequence[ColumnSpec]) -> Binder:
     if action is RowAction.INSERT:
         def bind(after: Sequence[Sequence[object]], before: Sequence[Sequence[object]]
                  ) -> list[dict[str, object]]:
-            names = _param_names(_AFTER_NAMES, "v", max(map(len, after), default=0))
+            names = after_names(after)
             return [dict(zip(names, row, strict=False)) for row in after]
     elif action is RowAction.DELETE:
         def bind(after: Sequence[Sequence[object]], before: Sequence[Sequence[object]]
                  ) -> list[dict[str, object]]:
             return [dict(key_params(row)) for row in before]
+    elif len(key_index) == 1:
+        # The usual UPDATE: one key column, its before value set by name.
+        key_name, key_at = key_names[0], key_index[0]
+
+        def bind(after: Sequence[Sequence[object]], before: Sequence[Sequence[object]]
+                 ) -> list[dict[str, object]]:
+            names = after_names(after)
+            out = []
+            for new, old in zip(after, before, strict=True):
+                params = dict(zip(names, new, strict=False))
+                params[key_name] = old[key_at]
+                out.append(params)
+            return out
     else:
         def bind(after: Sequence[Sequence[object]], before: Sequence[Sequence[object]]
                  ) -> list[dict[str, object]]:
-            names = _param_names(_AFTER_NAMES, "v", max(map(len, after), default=0))
+            names = after_names(after)
             out = []
             for new, old in zip(after, before, strict=True):
                 params = dict(zip(names, new, strict=False))
