@@ -115,7 +115,7 @@ class ThlFeed:
         return None if sample is None else sample[1]
 
     def seek(self, seqno: int) -> None:
-        """Read from the first record of ``seqno`` (binary search over offsets)."""
+        """Read from the first record of ``seqno`` (a search over offsets, ``offset_search``)."""
         try:
             offset = self._reader.offset_of(seqno)
         except ThlError as exc:

@@ -1,4 +1,4 @@
-"""Reading the THL topic: seek by seqno with a binary search, then stream records in order."""
+"""Reading the THL topic: seek by seqno (a search over offsets), then stream records in order."""
 
 from __future__ import annotations
 

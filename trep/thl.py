@@ -292,7 +292,7 @@ def info(obj: _Ctx) -> None:
 @click.option("-samples", "--samples", type=int, default=10, show_default=True)
 @click.pass_obj
 def index(obj: _Ctx, samples: int) -> None:
-    """Seqno-to-offset samples across the topic (what a seek by seqno bisects)."""
+    """Seqno-to-offset samples across the topic (what a seek by seqno searches)."""
     with obj.reader() as reader:
         low, high = reader.watermarks()
         seen = set()

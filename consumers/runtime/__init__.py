@@ -7,7 +7,7 @@ One runtime drives one consumer group. Its loop:
    ``control``).
 2. GOING-ONLINE:SYNCHRONIZING: connect the target, read its stored position, wait until the
    THL holds that seqno's last fragment and check that it has the stored epoch and event id
-   (the epoch handshake, ``handshake``), then seek to the next seqno with a binary search
+   (the epoch handshake, ``handshake``), then seek to the next seqno by a search over offsets
    (``sessions``).
 3. ONLINE: stream records in seqno order (``order``). The runtime prepares each fragment for
    the target (``preparation``): the group's filters run, heartbeat rows become
