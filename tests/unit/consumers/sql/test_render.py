@@ -32,6 +32,15 @@ def test_template_without_parameters() -> None:
     assert Template("SELECT 1").render({}, str) == "SELECT 1"
 
 
+@pytest.mark.parametrize("sql", ["(%(v0)s)", "(%(v0)s, %(v1)s, '%%')", "SELECT 1"])
+def test_a_batch_renders_as_its_rows_one_by_one(sql: str) -> None:
+    t = Template(sql)
+    rows = [{"v0": i, "v1": f"s{i}"} for i in range(5)]
+    assert t.render_all(rows, repr) == [t.render(r, repr) for r in rows]
+    assert t.render_all(rows[:1], repr)[0] == sql.replace("%(v0)s", "0").replace(
+        "%(v1)s", "'s0'").replace("%%", "%")
+
+
 class _Info:
     def __init__(self, conforming: str | None) -> None:
         self.conforming = conforming

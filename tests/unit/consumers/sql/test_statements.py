@@ -5,7 +5,13 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, oracle, postgresql
 
-from consumers.sql.statements import RowStatements, TargetTable, bind_rows, statement_for
+from consumers.sql.statements import (
+    RowStatements,
+    TargetTable,
+    bind_rows,
+    binder,
+    statement_for,
+)
 from thl_topics.event import ColumnSpec, RowAction
 
 HOSTILE = TargetTable('we"ird`schema', "sélect table", {
@@ -78,3 +84,14 @@ def test_bind_rows_takes_a_composite_key_in_its_column_order() -> None:
     # Rows of another length than the specs' name their own values.
     assert bind_rows(RowAction.INSERT, [[1], [1, 2, 3, 4]], [], keys) == [
         {"v0": 1}, {"v0": 1, "v1": 2, "v2": 3, "v3": 4}]
+
+
+def test_a_binder_of_a_known_width_binds_as_bind_rows() -> None:
+    keys = [ColumnSpec(0, "a", "INT", primary_key=True), ColumnSpec(1, "x", "INT"),
+            ColumnSpec(2, "b", "INT", primary_key=True)]
+    after: list[list[object]] = [[1, 20, 3], [4, None, 6]]
+    before: list[list[object]] = [[1, 2, 3], [4, 5, 6]]
+    for action in RowAction:
+        for specs in (PK, NO_PK, keys):
+            fixed = binder(action, specs, 3)(after, before)
+            assert fixed == bind_rows(action, after, before, specs), (action, specs)
