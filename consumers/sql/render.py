@@ -12,7 +12,6 @@ decimals, the driver's casts) stays the driver's.
 
 from __future__ import annotations
 
-import operator
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -31,7 +30,7 @@ Literal = Callable[[object], str]
 class Template:
     """A statement's text cut at its parameters, rendered with each row's values."""
 
-    __slots__ = ("_pick", "form", "names")
+    __slots__ = ("form", "names")
 
     def __init__(self, sql: str, order: Sequence[str] | None = None) -> None:
         """``sql``: the driver's text (``%(name)s`` or ``%s`` parameters, ``%%`` for %);
@@ -61,21 +60,15 @@ class Template:
         #: The text before each parameter and after the last one, as one %-format of the
         #: parameters' literals (one C call a row, not a loop).
         self.form = "%s".join(p.replace("%", "%%") for p in pieces)
-        #: The parameters' values of a row, in order, by one C call (two or more of them).
-        self._pick = operator.itemgetter(*self.names) if len(self.names) > 1 else None
 
     def render(self, params: Mapping[str, object] | Sequence[object], literal: Literal) -> str:
         """The text with ``params`` (a mapping by name, or a sequence by position) in it."""
-        if self._pick is not None:
-            return self.form % tuple(map(literal, self._pick(params)))
         return self.form % tuple([literal(params[name]) for name in self.names])
 
     def render_all(self, rows: Iterable[Mapping[str, object]], literal: Literal) -> list[str]:
-        """``render`` of each row (the rows of one batch: no call per row)."""
-        form, pick = self.form, self._pick
-        if pick is None:
-            return [self.render(row, literal) for row in rows]
-        return [form % tuple(map(literal, pick(row))) for row in rows]
+        """``render`` of each row (the rows of one batch: no method call per row)."""
+        form, names = self.form, self.names
+        return [form % tuple([literal(row[name]) for name in names]) for row in rows]
 
 
 def postgresql_literal(cursor: Any) -> Literal:

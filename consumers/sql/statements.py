@@ -10,7 +10,7 @@ source changed exactly one of them.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -163,10 +163,11 @@ def binder(action: RowAction, keys: Sequence[ColumnSpec], width: int | None = No
             return fixed
         return _param_names(_AFTER_NAMES, "v", max(map(len, after), default=0))
 
-    def key_params(row: Sequence[object]) -> Iterator[tuple[str, object]]:
+    def key_params(row: Sequence[object]) -> Iterable[tuple[str, object]]:
         if pick is not None:
             return zip(key_names, pick(row), strict=True)
-        return zip(key_names, [row[key_index[0]]] if key_index else [], strict=True)
+        # The usual key, one column: one pair, no iterator over two lists.
+        return ((key_names[0], row[key_index[0]]),) if key_index else ()
 
     if action is RowAction.INSERT:
         def bind(after: Sequence[Sequence[object]], before: Sequence[Sequence[object]]
@@ -177,19 +178,6 @@ def binder(action: RowAction, keys: Sequence[ColumnSpec], width: int | None = No
         def bind(after: Sequence[Sequence[object]], before: Sequence[Sequence[object]]
                  ) -> list[dict[str, object]]:
             return [dict(key_params(row)) for row in before]
-    elif len(key_index) == 1:
-        # The usual UPDATE: one key column, its before value set by name.
-        key_name, key_at = key_names[0], key_index[0]
-
-        def bind(after: Sequence[Sequence[object]], before: Sequence[Sequence[object]]
-                 ) -> list[dict[str, object]]:
-            names = after_names(after)
-            out = []
-            for new, old in zip(after, before, strict=True):
-                params = dict(zip(names, new, strict=False))
-                params[key_name] = old[key_at]
-                out.append(params)
-            return out
     else:
         def bind(after: Sequence[Sequence[object]], before: Sequence[Sequence[object]]
                  ) -> list[dict[str, object]]:
