@@ -77,9 +77,18 @@ class ZeroDateTally:
         """The block is rolled back: what it changed never happened."""
         self._open.clear()
 
+    def take(self) -> Counter[tuple[str, str]]:
+        """The open block's zero dates, handed over to a commit that finishes later
+        (``count``); the next block starts from none."""
+        done, self._open = self._open, Counter()
+        return done
+
     def commit(self, seqno: int) -> None:
         """The block up to ``seqno`` committed: count and warn."""
-        done, self._open = self._open, Counter()
+        self.count(self.take(), seqno)
+
+    def count(self, done: Counter[tuple[str, str]], seqno: int) -> None:
+        """``done`` (a block's ``take``) committed with the block up to ``seqno``."""
         now = time.monotonic()
         for (table, column), count in sorted(done.items()):
             self.metrics.values_changed("zero_date", count)

@@ -63,7 +63,7 @@ def test_a_group_on_spark_connect_is_exact_through_crashes_and_kills(
     stop = threading.Event()
 
     def writer() -> None:
-        while not stop.is_set() and svc.next_seqno < 30 + 20 + 40 * KILLS:
+        while not stop.is_set() and svc.next_seqno < 30 + 30 + 40 * KILLS:
             model.transaction()
             stop.wait(0.3)
 

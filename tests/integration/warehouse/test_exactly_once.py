@@ -48,7 +48,7 @@ KILLS = int(os.environ.get("TREP_WAREHOUSE_KILLS", str(kills(quick=2))))
 #: Kills handed over to a spare that warmed up while the leader applied.
 WARM_KILLS = min(4, KILLS // 2)
 #: The writer stops at this seqno, however long the kills take.
-WRITER_CAP = 30 + 20 + 40 * KILLS
+WRITER_CAP = 30 + 30 + 40 * KILLS
 
 
 class Model:
@@ -179,8 +179,9 @@ def _jvm_maps(proc: subprocess.Popen[bytes], archive: str) -> bool:
 
 def crash_at_named_points(svc: CraftedThl, model: Model) -> None:
     """A process crashes between two tables' MERGEs, the next between the MERGEs and the
-    position, while the model keeps publishing."""
-    for point in ("apply-between-tables", "apply-before-position"):
+    position, the next while the position is written beside the next block's staging, as
+    the model keeps publishing."""
+    for point in ("apply-between-tables", "apply-before-position", "apply-commit-sent"):
         proc = _spawn(svc, f"{point}:2")
         for _ in range(10):
             model.transaction()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from consumers.position import Position
-from consumers.warehouse.positions import DeltaTracking, Stored
+from consumers.warehouse.positions import COMMIT_SEQNO, DeltaTracking, Stored
 
 from ..sparks import connect_session, delta_rows
 
@@ -50,3 +50,22 @@ def test_position_moves_only_from_the_expected_seqno_with_every_value(
         assert latency == int((updated - extracted).total_seconds())
         assert not tracking.advance(second, None, 3)  # a seqno is stored now
         assert not tracking.advance(second, 8, 3)
+
+
+def test_a_table_made_without_the_tasks_row_gets_it_at_the_first_position(
+        tmp_path: Path, spark_connect: Any) -> None:
+    """Tables made before the row came with the table (or emptied by a reset) start as
+    they did: the first position inserts the row."""
+    base = f"file://{tmp_path}/tracking"
+    spark = connect_session()
+    tracking = DeltaTracking(spark, base)
+    spark.sql(f"CREATE TABLE {tracking.ref('trep_commit_seqno')} ({COMMIT_SEQNO}) USING delta")
+    tracking.create()
+    assert tracking.read() == Stored(None, 0)
+    first = Position(seqno=4, epoch=1, event_id="mysql-bin.000001:0000000000000099;-1",
+                     source_id="db-1")
+    assert not tracking.advance(first, 3, 0)
+    assert tracking.advance(first, None, 0)
+    assert tracking.read() == Stored(first, 0)
+    assert len(delta_rows(f"{base}/trep_commit_seqno", ["task_id"])) == 1
+    assert not tracking.advance(first, None, 0)

@@ -61,3 +61,21 @@ def test_the_count_follows_commits_not_rolled_back_blocks(
         tally.commit(6)
     assert _changed(registry) == 2  # the DATE and the DATETIME; the VARCHAR is text
     assert "s.t.d: 1 zero date(s) stored as NULL in the block up to seqno 6" in caplog.text
+
+
+def test_a_block_whose_commit_finishes_later_counts_its_own_dates_only() -> None:
+    """A warehouse block's position is written while the next block is staged: the
+    count taken at its commit is its own, and the next block's rollback keeps it."""
+    registry = CollectorRegistry()
+    tally = ZeroDateTally("wh", ConsumerMetrics(registry, "svc", "g"),
+                          logging.getLogger("test.zero"))
+    change = RowChange(RowAction.INSERT, "s", "t", SPECS, [], ROWS)
+    count_zero_dates(tally, "s.t", change)
+    first = tally.take()
+    count_zero_dates(tally, "s.t", change)
+    count_zero_dates(tally, "s.t", change)
+    tally.count(first, 7)
+    assert _changed(registry) == 2
+    tally.rollback()
+    tally.commit(8)
+    assert _changed(registry) == 2
