@@ -16,7 +16,6 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import psycopg
 import sqlalchemy as sa
 from pymysql.constants import COMMAND
 
@@ -136,6 +135,7 @@ def client_cursor(conn: sa.Connection, dialect: str) -> Any:
     (the driver's: psycopg's ``ClientCursor`` on PostgreSQL, PyMySQL's cursor)."""
     raw = conn.connection.dbapi_connection
     if dialect == "postgresql":
+        import psycopg  # PostgreSQL targets only: a MariaDB group never loads it
         return psycopg.ClientCursor(raw)  # type: ignore[call-overload]
     return raw.cursor()  # type: ignore[union-attr]
 

@@ -20,10 +20,9 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import oracle, postgresql
 
 from thl_topics.event import ColumnSpec, ThlValue
 from thl_topics.values import DECIMAL_TYPES, INTEGER_TYPES, format_time, from_thl
@@ -57,6 +56,19 @@ INTEGER_RANGES: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
     "BIGINT": ((-(1 << 63), (1 << 63) - 1), (0, (1 << 64) - 1)),
 }
 DATE_TYPES = frozenset({"DATE", "DATETIME", "TIMESTAMP"})
+
+
+def _postgresql() -> Any:
+    """SQLAlchemy's PostgreSQL types, imported when a PostgreSQL column is first made (a
+    MariaDB group never needs them, nor Oracle's: a tenth of a second of its start)."""
+    from sqlalchemy.dialects import postgresql
+    return postgresql
+
+
+def _oracle() -> Any:
+    """SQLAlchemy's Oracle types, imported at first use (see ``_postgresql``)."""
+    from sqlalchemy.dialects import oracle
+    return oracle
 
 
 class UnmappedType(ValueError):
@@ -100,19 +112,19 @@ def _pg_decimal(spec: ColumnSpec) -> SqlType:
 
 
 def _pg_bit(spec: ColumnSpec) -> SqlType:
-    return postgresql.BIT(max(1, spec.length))
+    return _made(_postgresql, "BIT", max(1, spec.length))
 
 
 def _pg_time(spec: ColumnSpec) -> SqlType:
-    return postgresql.INTERVAL(precision=spec.scale)
+    return _made(_postgresql, "INTERVAL", precision=spec.scale)
 
 
 def _pg_datetime(spec: ColumnSpec) -> SqlType:
-    return postgresql.TIMESTAMP(precision=spec.scale)
+    return _made(_postgresql, "TIMESTAMP", precision=spec.scale)
 
 
 def _pg_timestamp(spec: ColumnSpec) -> SqlType:
-    return postgresql.TIMESTAMP(timezone=True, precision=spec.scale)
+    return _made(_postgresql, "TIMESTAMP", timezone=True, precision=spec.scale)
 
 
 def _pg_varchar(spec: ColumnSpec) -> SqlType:
@@ -122,7 +134,7 @@ def _pg_varchar(spec: ColumnSpec) -> SqlType:
 # -- Oracle (compiled only: no Oracle server here) ------------------------------------------
 
 def _number(precision: int, scale: int = 0) -> SqlType:
-    return oracle.NUMBER(precision, scale)  # type: ignore[no-untyped-call]
+    return _made(_oracle, "NUMBER", precision, scale)
 
 
 def _ora_integer(spec: ColumnSpec) -> SqlType:
@@ -143,28 +155,39 @@ def _ora_bit(spec: ColumnSpec) -> SqlType:
 
 def _ora_time(spec: ColumnSpec) -> SqlType:
     # TIME spans -838:59:59 .. 838:59:59: 34 days and some.
-    return oracle.INTERVAL(  # type: ignore[no-untyped-call]
-        day_precision=2, second_precision=spec.scale)
+    return _made(_oracle, "INTERVAL", day_precision=2, second_precision=spec.scale)
 
 
 def _ora_varchar(spec: ColumnSpec) -> SqlType:
     chars = char_length(spec)
-    return oracle.VARCHAR2(chars) if chars <= _ORACLE_VARCHAR_CHARS else sa.CLOB()
+    return _made(_oracle, "VARCHAR2", chars) if chars <= _ORACLE_VARCHAR_CHARS else sa.CLOB()
 
 
 def _ora_members(spec: ColumnSpec) -> SqlType:
     # The longest value an ENUM (one member) or SET (every member, comma-separated) takes.
     sizes = [len(m) for m in spec.enum_values] or [1]
     chars = max(sizes) if spec.type.upper() == "ENUM" else sum(sizes) + len(sizes) - 1
-    return oracle.VARCHAR2(max(1, chars)) if chars <= _ORACLE_VARCHAR_CHARS else sa.CLOB()
+    if chars > _ORACLE_VARCHAR_CHARS:
+        return sa.CLOB()
+    return _made(_oracle, "VARCHAR2", max(1, chars))
 
 
 def _ora_binary(spec: ColumnSpec) -> SqlType:
-    return oracle.RAW(spec.length) if 0 < spec.length <= _ORACLE_RAW_BYTES else sa.BLOB()
+    return _made(_oracle, "RAW", spec.length) if 0 < spec.length <= _ORACLE_RAW_BYTES else sa.BLOB()
 
 
 def _fixed(factory: Callable[[], SqlType]) -> Callable[[ColumnSpec], SqlType]:
     return lambda _spec: factory()
+
+
+def _made(dialect: Callable[[], Any], name: str, *args: Any, **kwargs: Any) -> SqlType:
+    """The dialect's own type ``name`` made with ``args`` (its module imported now)."""
+    return cast(SqlType, getattr(dialect(), name)(*args, **kwargs))
+
+
+def _own(dialect: Callable[[], Any], name: str) -> Callable[[ColumnSpec], SqlType]:
+    """A dialect's own type without parameters."""
+    return lambda _spec: _made(dialect, name)
 
 
 @dataclass(frozen=True)
@@ -200,23 +223,23 @@ TYPE_MAP: tuple[TypeRule, ...] = (
              "NUMERIC(p,s)", "NUMBER(p,s), p <= 38",
              "DECIMAL(65,30) exact on PostgreSQL; Oracle NUMBER holds 38 digits, so a wider "
              "DECIMAL is a data error there"),
-    TypeRule("FLOAT", ("FLOAT",), _fixed(sa.REAL), _fixed(oracle.BINARY_FLOAT),
+    TypeRule("FLOAT", ("FLOAT",), _fixed(sa.REAL), _own(_oracle, "BINARY_FLOAT"),
              "REAL", "BINARY_FLOAT"),
-    TypeRule("DOUBLE", ("DOUBLE", "REAL"), _fixed(postgresql.DOUBLE_PRECISION),
-             _fixed(oracle.BINARY_DOUBLE), "DOUBLE PRECISION", "BINARY_DOUBLE"),
+    TypeRule("DOUBLE", ("DOUBLE", "REAL"), _own(_postgresql, "DOUBLE_PRECISION"),
+             _own(_oracle, "BINARY_DOUBLE"), "DOUBLE PRECISION", "BINARY_DOUBLE"),
     TypeRule("BIT(n)", ("BIT",), _pg_bit, _ora_bit, "BIT(n)", "NUMBER(ceil(n·log10 2))",
              "bit strings on PostgreSQL, integers on Oracle"),
     TypeRule("YEAR", ("YEAR",), _fixed(sa.SmallInteger), lambda _s: _number(4),
              "SMALLINT", "NUMBER(4)", "YEAR 0000 is 0"),
-    TypeRule("DATE", ("DATE",), _fixed(sa.Date), _fixed(oracle.DATE), "DATE", "DATE",
+    TypeRule("DATE", ("DATE",), _fixed(sa.Date), _own(_oracle, "DATE"), "DATE", "DATE",
              "zero dates: see `zero_dates`"),
     TypeRule("TIME(fsp)", ("TIME",), _pg_time, _ora_time, "INTERVAL(fsp)",
              "INTERVAL DAY(2) TO SECOND(fsp)", "-838:59:59 .. 838:59:59, negative kept"),
     TypeRule("DATETIME(fsp)", ("DATETIME",), _pg_datetime,
-             lambda _s: oracle.TIMESTAMP(), "TIMESTAMP(fsp) WITHOUT TIME ZONE", "TIMESTAMP",
+             _own(_oracle, "TIMESTAMP"), "TIMESTAMP(fsp) WITHOUT TIME ZONE", "TIMESTAMP",
              "wall time as on the source; zero dates: see `zero_dates`"),
     TypeRule("TIMESTAMP(fsp)", ("TIMESTAMP",), _pg_timestamp,
-             lambda _s: oracle.TIMESTAMP(timezone=True), "TIMESTAMP(fsp) WITH TIME ZONE",
+             lambda _s: _made(_oracle, "TIMESTAMP", timezone=True), "TIMESTAMP(fsp) WITH TIME ZONE",
              "TIMESTAMP WITH TIME ZONE", "the instant (the THL carries it in UTC)"),
     TypeRule("CHAR(n), VARCHAR(n)", ("CHAR", "VARCHAR"), _pg_varchar, _ora_varchar,
              "VARCHAR(n)", "VARCHAR2(n CHAR), CLOB past 1000",
@@ -228,15 +251,15 @@ TYPE_MAP: tuple[TypeRule, ...] = (
              "utf8mb4 text needs a UTF8 database; U+0000: see `nul_characters`"),
     TypeRule("ENUM, SET", ("ENUM", "SET"), _fixed(sa.Text), _ora_members, "TEXT",
              "VARCHAR2(longest value CHAR)", "the member names; a SET as 'a,c'"),
-    TypeRule("JSON (MySQL)", ("JSON",), _fixed(postgresql.JSONB), _fixed(sa.CLOB), "JSONB",
+    TypeRule("JSON (MySQL)", ("JSON",), _own(_postgresql, "JSONB"), _fixed(sa.CLOB), "JSONB",
              "CLOB", "JSONB normalizes key order and spacing; a \\u0000 escape: see "
              "`nul_characters`. MariaDB's JSON is a LONGTEXT: it arrives as TEXT, kept "
              "verbatim"),
-    TypeRule("BINARY(n), VARBINARY(n)", ("BINARY", "VARBINARY"), _fixed(postgresql.BYTEA),
+    TypeRule("BINARY(n), VARBINARY(n)", ("BINARY", "VARBINARY"), _own(_postgresql, "BYTEA"),
              _ora_binary, "BYTEA", "RAW(n), BLOB past 2000",
              "BINARY(n) padded with 0x00 to n bytes as MySQL stores it"),
     TypeRule("TINYBLOB .. LONGBLOB, GEOMETRY", ("BLOB", "GEOMETRY"),
-             _fixed(postgresql.BYTEA), _fixed(sa.BLOB), "BYTEA", "BLOB",
+             _own(_postgresql, "BYTEA"), _fixed(sa.BLOB), "BYTEA", "BLOB",
              "GEOMETRY as MySQL's internal bytes (SRID + WKB)"),
 )
 _RULES = {name: rule for rule in TYPE_MAP for name in rule.thl}
