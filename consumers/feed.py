@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from consumers.errors import ConsumerError, TerminalError, TransientError
 from thl_topics.client import check_access, is_access_error, new_admin, settings_error, watched
+from thl_topics.closing import close_consumer
 from thl_topics.errors import (
     KafkaAccessError,
     KafkaSettingsError,
@@ -88,11 +89,14 @@ class ThlFeed:
             raise _consumer_error(topic, settings_error(settings, exc)) from exc
 
     def close(self) -> None:
-        for closer in (self._consumer.close, self._reader.close):
-            try:
-                closer()
-            except (KafkaException, RuntimeError) as exc:
-                log.debug("closing the THL feed: %s", exc)
+        try:
+            close_consumer(self._consumer, f"THL feed of {self.topic}")
+        except (KafkaException, RuntimeError) as exc:
+            log.debug("closing the THL feed: %s", exc)
+        try:
+            self._reader.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.debug("closing the THL feed's reader: %s", exc)
 
     def record_at(self, seqno: int, fragno: int = 0) -> ThlRecord | None:
         """The first record at or after fragment ``fragno`` of ``seqno`` (None if the THL

@@ -20,6 +20,7 @@ from thl_topics.client import (
     settings_error,
     watched,
 )
+from thl_topics.closing import close_consumer
 from thl_topics.codec import ThlCodec
 from thl_topics.errors import ThlDecodeError, ThlError, ThlTopicMissing, ThlUnavailable, is_passing
 from thl_topics.event import ThlEvent
@@ -100,7 +101,7 @@ class ThlReader:
         return ThlUnavailable(message)
 
     def close(self) -> None:
-        self._consumer.close()
+        close_consumer(self._consumer, f"THL reader of {self.topic}")
 
     def __enter__(self) -> ThlReader:
         return self

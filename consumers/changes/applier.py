@@ -50,6 +50,7 @@ from consumers.position import Position
 from consumers.registry import ApplierContext
 from consumers.zero_dates import ZeroDateTally, count_zero_dates
 from replicator import crashpoints
+from thl_topics.closing import close_consumer
 from thl_topics.event import ColumnSpec, RowChange, ThlEvent, ThlValue
 from thl_topics.schema_change import SchemaChange
 
@@ -164,7 +165,7 @@ class ChangesApplier:
         self._txn.drop()
         if self._meta_consumer is not None:
             try:
-                self._meta_consumer.close()
+                close_consumer(self._meta_consumer, f"{self.target}: metadata")
             except (KafkaException, RuntimeError) as exc:
                 log.debug("%s: closing: %s", self.target, exc)
             self._meta_consumer = None

@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from consumers.changes.transaction import BlockTransaction
 from consumers.errors import TransientError
+from thl_topics.closing import close_consumer
 from thl_topics.event import ColumnSpec
 
 Specs = tuple[ColumnSpec, ...]
@@ -100,4 +101,4 @@ class LayoutLog:
         except KafkaException as exc:
             raise TransientError(f"{self.target}: reading {self.topic}: {exc}") from exc
         finally:
-            consumer.close()
+            close_consumer(consumer, f"{self.target}: layouts in {self.topic}")

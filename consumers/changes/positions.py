@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from consumers.errors import TerminalError, TransientError
 from consumers.position import Position
+from thl_topics.closing import close_consumer
 
 _FIELDS = ("seqno", "epoch", "event_id", "source_id", "fragno", "last_frag", "shard_id",
            "tstamp", "offset")
@@ -65,7 +66,7 @@ def read_position(kafka: Mapping[str, Any], topic: str, group: str, target: str,
     except KafkaException as exc:
         raise TransientError(f"{target}: reading the position in {topic}: {exc}") from exc
     finally:
-        consumer.close()
+        close_consumer(consumer, f"{target}: the position in {topic}")
 
 
 def _last_in(consumer: Consumer, topic: str, start: int, end: int, group: str, target: str,

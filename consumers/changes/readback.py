@@ -46,6 +46,7 @@ from consumers.changes.records import ROW_HEADER, SEQNO_HEADER
 from consumers.check import CheckRange
 from consumers.errors import TransientError
 from thl_topics.checksum import thl_value_of
+from thl_topics.closing import close_consumer
 from thl_topics.event import ColumnSpec, ThlValue
 
 _EPOCH = dt.datetime(1970, 1, 1)  # noqa: DTZ001 - DATETIME has no zone
@@ -264,7 +265,7 @@ def messages(kafka: Mapping[str, Any], topics: Iterable[str], timeout: float = 3
                 raise RuntimeError(f"reading change topics: {err.str()}")
             yield msg
     finally:
-        consumer.close()
+        close_consumer(consumer, "change topics read back")
 
 
 #: The least time one ListOffsets request is given, whatever the caller's timeout.
