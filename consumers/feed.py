@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -89,14 +90,12 @@ class ThlFeed:
             raise _consumer_error(topic, settings_error(settings, exc)) from exc
 
     def close(self) -> None:
-        try:
-            close_consumer(self._consumer, f"THL feed of {self.topic}")
-        except (KafkaException, RuntimeError) as exc:
-            log.debug("closing the THL feed: %s", exc)
-        try:
-            self._reader.close()
-        except (KafkaException, RuntimeError) as exc:
-            log.debug("closing the THL feed's reader: %s", exc)
+        for closer in (partial(close_consumer, self._consumer, f"THL feed of {self.topic}"),
+                       self._reader.close):
+            try:
+                closer()
+            except (KafkaException, RuntimeError) as exc:
+                log.debug("closing the THL feed: %s", exc)
 
     def record_at(self, seqno: int, fragno: int = 0) -> ThlRecord | None:
         """The first record at or after fragment ``fragno`` of ``seqno`` (None if the THL

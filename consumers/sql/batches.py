@@ -75,6 +75,13 @@ _MULTI_DRIVERS = {("mysql", "pymysql"), ("mariadb", "pymysql"), ("postgresql", "
 LARGE_VALUE_BYTES = 1 << 20
 #: Keys in one ``IN`` list of a set-based statement at most.
 _IN_KEYS = 1000
+#: New rows of one table in a set-based block from which PostgreSQL gets them by COPY, not
+#: as INSERT text: the server parses no SQL per row (100,000 rows of bench-compare's table:
+#: 0.16 s of server CPU against 0.7-0.8 s as 1,000-row INSERTs) and the client renders
+#: none; below it, the round trip of its own a COPY needs costs more than it saves.
+COPY_ROWS = 64
+#: An INSERT's head, whose table and column list a COPY takes.
+_INSERT_HEAD = re.compile(r"INSERT INTO (.+) VALUES\s*", re.DOTALL)
 
 
 def _driver_errors(dialect: str) -> tuple[type[DriverError], ...]:
@@ -83,13 +90,6 @@ def _driver_errors(dialect: str) -> tuple[type[DriverError], ...]:
         import psycopg
         return (psycopg.Error,)
     return (pymysql.MySQLError,)
-#: New rows of one table in a set-based block from which PostgreSQL gets them by COPY, not
-#: as INSERT text: the server parses no SQL per row (100,000 rows of bench-compare's table:
-#: 0.16 s of server CPU against 0.7-0.8 s as 1,000-row INSERTs) and the client renders
-#: none; below it, the round trip of its own a COPY needs costs more than it saves.
-COPY_ROWS = 64
-#: An INSERT's head, whose table and column list a COPY takes.
-_INSERT_HEAD = re.compile(r"INSERT INTO (.+) VALUES\s*", re.DOTALL)
 
 
 class SetRefused(TransientError):

@@ -360,13 +360,8 @@ class WarehouseApplier:
             if self._beats:
                 self.tracking.heartbeats(self._beats)
             crashpoints.reached("apply-before-position")
-        except ConsumerError as exc:
-            self._forget()
-            raise self._after_takeover(exc) from exc
         except Exception as exc:
-            self._forget()
-            raise self._after_takeover(
-                self._classify(exc, f"committing up to seqno {position.seqno}")) from exc
+            raise self._failed(exc, position) from exc
         if self._positions is None:
             self._positions = ThreadPoolExecutor(max_workers=1,
                                                  thread_name_prefix=f"position-{self.group}")
@@ -393,16 +388,13 @@ class WarehouseApplier:
         try:
             advanced = pending.written.result()
         except Exception as exc:
-            self._forget()
-            raise self._after_takeover(
-                self._classify(exc, f"committing up to seqno {position.seqno}")) from exc
+            raise self._failed(exc, position) from exc
         if not advanced:
-            self._forget()
-            raise self._after_takeover(PositionConflict(
+            raise self._failed(PositionConflict(
                 f"{self.target}: trep_commit_seqno moved under this consumer (expected "
                 f"seqno {self._expected}): another process applies the same consumer "
                 "group. Its tables are seqno-guarded, so nothing was applied twice; run "
-                "one process per group.", seqno=position.seqno))
+                "one process per group.", seqno=position.seqno), position)
         self._expected = position.seqno
         self._deaths = 0
         if self.cfg.mode == "merge" and not self.cfg.keep_staging:
@@ -412,6 +404,13 @@ class WarehouseApplier:
                 log.warning("%s: cannot remove staging files: %s", self.target, exc)
         self._zeros.count(pending.zeros, position.seqno)
         self._catch_up.committed(position.seqno, sum(s.rows for s in pending.segments))
+
+    def _failed(self, exc: Exception, position: Position) -> ConsumerError:
+        """The error of a block that did not commit, its open state forgotten."""
+        self._forget()
+        error = exc if isinstance(exc, ConsumerError) else \
+            self._classify(exc, f"committing up to seqno {position.seqno}")
+        return self._after_takeover(error)
 
     def _commit_metadata(self, table: str, low: int, high: int, rows: int,
                          position: Position, **extra: Any) -> dict[str, Any]:
