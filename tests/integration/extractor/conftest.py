@@ -138,7 +138,8 @@ class ServiceUnderTest:
 def make_service(tmp_path: Path, mariadb_source: MariaDB, kafka: Service,
                  zookeeper: Service) -> Iterator[Callable[..., ServiceUnderTest]]:
     def make(source: MariaDB | None = None, **extractor: Any) -> ServiceUnderTest:
-        """``source``: another source than the session's (a test that purges its binlog)."""
+        """``source``: another source than the session's (a test that purges its binlog, or
+        one that must not see other tests' binlog traffic)."""
         return ServiceUnderTest(tmp_path, source or mariadb_source, kafka, zookeeper,
                                 **extractor)
 

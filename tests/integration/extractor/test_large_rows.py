@@ -10,7 +10,9 @@ import time
 from collections.abc import Callable
 
 import pymysql
+import pytest
 
+from stack.services.mariadb import MariaDB
 from thl_topics.event import RowChange
 from thl_topics.records import parse_chunk
 
@@ -31,10 +33,12 @@ def _insert(svc: ServiceUnderTest, table: str, rows: list[tuple[int, bytes]]) ->
         conn.close()
 
 
-
+# Its extractor's memory is measured: on a source no other test writes to (see
+# test_fragments).
+@pytest.mark.exclusive("mariadb_scratch")
 def test_a_64_mib_row_travels_in_chunks_and_arrives_exact(
-        make_service: Callable[..., ServiceUnderTest]) -> None:
-    svc = make_service(batch_ms=20)
+        make_service: Callable[..., ServiceUnderTest], mariadb_scratch: MariaDB) -> None:
+    svc = make_service(source=mariadb_scratch, batch_ms=20)
     s = svc.schema
     svc.sql(f"CREATE TABLE {s}.blobs (id INT PRIMARY KEY, b LONGBLOB)")
     proc = svc.start_process()
