@@ -6,6 +6,8 @@ minus, and the values left to the driver."""
 from __future__ import annotations
 
 import datetime as dt
+import uuid
+from collections.abc import Callable
 from decimal import Decimal
 
 import psycopg
@@ -20,6 +22,26 @@ TRICKY: list[object] = [
     "%s %(v0)s %%", True, False, Decimal("-0.000000000000000000000000000001"), 1.5,
     dt.date(2024, 2, 29), dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
 ]
+
+
+#: Values the literal functions leave to the driver's adapters: their text must be exactly
+#: what the driver's ``mogrify`` writes (casts, escapes, forms).
+DRIVER_MADE: list[object] = [
+    *TRICKY, Decimal("NaN"), Decimal("12345678901234567890.123456789"), Decimal("-1E+5"),
+    -0.0, 1e300, float("inf"), float("nan"), b"", b"\x00'\\\"\x1a\xff", bytearray(b"ab'"),
+    dt.datetime(2024, 1, 2, 3, 4, 5), dt.datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=dt.UTC),
+    dt.date(1, 1, 1), dt.time(23, 59, 59, 999999), dt.time(0, 0),
+    dt.timedelta(hours=-838, seconds=1), dt.timedelta(days=2, microseconds=7),
+    uuid.UUID(int=2**128 - 1), [1, None, 3], ["a'b", "c\\d"],
+]
+
+
+def _outcome(render: Callable[[object], str], value: object) -> str:
+    """The text rendered, or the error raised (PyMySQL refuses inf and NaN, for one)."""
+    try:
+        return render(value)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
 
 
 def _one(row: tuple[object, ...] | None) -> object:
@@ -60,5 +82,32 @@ def test_mariadb_literals_read_back_as_the_bound_values_in_both_quoting_modes(
                     assert written == bound, (mode, value, literal(value))
                     assert written == (int(value) if isinstance(value, bool) else value), (
                         mode, value)
+    finally:
+        conn.close()
+
+
+def test_the_driver_made_literals_equal_psycopgs_mogrify(postgresql: PostgreSQL) -> None:
+    with postgresql.connect() as conn:
+        cursor = psycopg.ClientCursor(conn)
+        literal = postgresql_literal(cursor)
+        for value in DRIVER_MADE:
+            assert _outcome(literal, value) == \
+                _outcome(lambda v: cursor.mogrify("%s", (v,)), value), value
+        cursor.close()
+
+
+def test_the_driver_made_literals_equal_pymysqls_mogrify_in_both_quoting_modes(
+        mariadb_target: MariaDB) -> None:
+    conn = mariadb_target.connect()
+    try:
+        for mode in ("", "NO_BACKSLASH_ESCAPES"):
+            with conn.cursor() as cur:
+                cur.execute(f"SET SESSION sql_mode = '{mode}'")
+                literal = mysql_literal(cur)
+                for value in DRIVER_MADE:
+                    if isinstance(value, uuid.UUID):
+                        continue  # PyMySQL has no encoder for it (neither has the applier)
+                    assert _outcome(literal, value) == \
+                        _outcome(lambda v: cur.mogrify("%s", (v,)), value), (mode, value)
     finally:
         conn.close()

@@ -3,14 +3,21 @@ literals are checked against the real servers in tests/integration/consumers).""
 
 from __future__ import annotations
 
+import datetime as dt
 import random
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
+import pymysql
 import pytest
 from pymysql.converters import escape_string
 
+from consumers.sql import render
 from consumers.sql.render import Template, mysql_literal, postgresql_literal
+
+#: The driver literals themselves (the tests of the fast paths replace them).
+PYMYSQL_LITERAL = render._pymysql_literal
 
 
 def test_named_template_renders_each_parameter_where_it_stands() -> None:
@@ -61,19 +68,29 @@ class _Connection:
 
 
 class _Cursor:
-    """What the literal functions use of a driver's cursor; ``mogrify`` marks its output."""
+    """What the literal functions use of a driver's cursor."""
 
     def __init__(self, connection: _Connection) -> None:
         self.connection = connection
-        self.mogrified: list[Any] = []
-
-    def mogrify(self, sql: str, params: tuple[Any, ...]) -> str:
-        assert sql == "%s"
-        self.mogrified.append(params[0])
-        return f"driver({params[0]!r})"
 
 
-def test_postgresql_literals_written_here_and_by_the_driver() -> None:
+@pytest.fixture(autouse=True)
+def driver(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The values left to the driver's literal, which here marks its output."""
+    left: list[Any] = []
+
+    def made(_cursor_or_connection: object) -> Callable[[object], str]:
+        def literal(value: object) -> str:
+            left.append(value)
+            return f"driver({value!r})"
+        return literal
+
+    monkeypatch.setattr(render, "_psycopg_literal", made)
+    monkeypatch.setattr(render, "_pymysql_literal", made)
+    return left
+
+
+def test_postgresql_literals_written_here_and_by_the_driver(driver: list[Any]) -> None:
     cursor = _Cursor(_Connection("on"))
     literal = postgresql_literal(cursor)
     assert literal(None) == "NULL"
@@ -82,11 +99,11 @@ def test_postgresql_literals_written_here_and_by_the_driver() -> None:
     assert literal(-5) == " -5"  # psycopg's form: "- -5" never becomes a comment
     assert literal("it's é😀\n") == "'it''s é😀\n'"
     assert literal("") == "''"
-    assert cursor.mogrified == []
+    assert driver == []
     # A backslash (the E'' form), U+0000 (an error), bool, Decimal, bytes: the driver's.
     for value in ("back\\slash", "nul\x00", True, Decimal("1.50"), b"\x00", 1.5):
         assert literal(value) == f"driver({value!r})"
-    assert cursor.mogrified == ["back\\slash", "nul\x00", True, Decimal("1.50"), b"\x00", 1.5]
+    assert driver == ["back\\slash", "nul\x00", True, Decimal("1.50"), b"\x00", 1.5]
 
 
 @pytest.mark.parametrize("conforming", ["off", None])
@@ -129,3 +146,20 @@ def test_mysql_string_literals_equal_pymysqls_escaping_for_every_special_charact
         rng.randint(1, 40))) for _ in range(2000)]
     for text in texts:
         assert literal(text) == "'" + escape(text) + "'", repr(text)
+
+
+def test_pymysql_literals_equal_its_mogrify_for_the_types_it_encodes_directly() -> None:
+    # Strings and bytes depend on the server's quoting mode (checked against a real server
+    # in tests/integration/consumers/test_sql_render.py); these do not.
+    conn = pymysql.connect(defer_connect=True)
+    literal = PYMYSQL_LITERAL(conn)
+    values: list[object] = [
+        None, 0, -5, 2**64 - 1, True, False, 1.5, -0.0, 1e300, Decimal("-0.000001"),
+        Decimal("12345678901234567890.123456789"), Decimal("1E+5"),
+        dt.date(2024, 2, 29), dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
+        dt.datetime(2024, 1, 2, 3, 4, 5), dt.time(0, 0), dt.time(23, 59, 59, 1),
+        dt.timedelta(hours=-838, seconds=1), dt.timedelta(microseconds=7),
+        (1, "a"), [Decimal("1.5"), None], {2, 3}]
+    cursor = conn.cursor()
+    for value in values:
+        assert literal(value) == cursor.mogrify("%s", (value,)), value
