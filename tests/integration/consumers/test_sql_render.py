@@ -30,7 +30,8 @@ DRIVER_MADE: list[object] = [
     *TRICKY, Decimal("NaN"), Decimal("12345678901234567890.123456789"), Decimal("-1E+5"),
     -0.0, 1e300, float("inf"), float("nan"), b"", b"\x00'\\\"\x1a\xff", bytearray(b"ab'"),
     dt.datetime(2024, 1, 2, 3, 4, 5), dt.datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=dt.UTC),
-    dt.date(1, 1, 1), dt.time(23, 59, 59, 999999), dt.time(0, 0),
+    dt.date(1, 1, 1), dt.datetime(1, 1, 1), dt.datetime(2024, 1, 2, 3, 4, 5, 7),
+    dt.time(23, 59, 59, 999999), dt.time(0, 0), dt.time(1, 2, 3, 4, tzinfo=dt.UTC),
     dt.timedelta(hours=-838, seconds=1), dt.timedelta(days=2, microseconds=7),
     uuid.UUID(int=2**128 - 1), [1, None, 3], ["a'b", "c\\d"],
 ]

@@ -149,6 +149,7 @@ def test_mysql_string_literals_equal_pymysqls_escaping_for_every_special_charact
 
 
 def test_pymysql_literals_equal_its_mogrify_for_the_types_it_encodes_directly() -> None:
+    """Calendar types included, which are written here, not by PyMySQL's encoders."""
     # Strings and bytes depend on the server's quoting mode (checked against a real server
     # in tests/integration/consumers/test_sql_render.py); these do not.
     conn = pymysql.connect(defer_connect=True)
@@ -156,8 +157,12 @@ def test_pymysql_literals_equal_its_mogrify_for_the_types_it_encodes_directly() 
     values: list[object] = [
         None, 0, -5, 2**64 - 1, True, False, 1.5, -0.0, 1e300, Decimal("-0.000001"),
         Decimal("12345678901234567890.123456789"), Decimal("1E+5"),
-        dt.date(2024, 2, 29), dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
-        dt.datetime(2024, 1, 2, 3, 4, 5), dt.time(0, 0), dt.time(23, 59, 59, 1),
+        dt.date(2024, 2, 29), dt.date(1, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
+        dt.datetime(2024, 1, 2, 3, 4, 5), dt.datetime(1, 1, 1),
+        dt.datetime(2024, 1, 2, 3, 4, 5, 60, tzinfo=dt.UTC),
+        dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone(dt.timedelta(hours=-5))),
+        dt.time(0, 0), dt.time(23, 59, 59, 1), dt.time(1, 2, 3, tzinfo=dt.UTC),
+        dt.time(1, 2, 3, 400000, tzinfo=dt.UTC),
         dt.timedelta(hours=-838, seconds=1), dt.timedelta(microseconds=7),
         (1, "a"), [Decimal("1.5"), None], {2, 3}]
     cursor = conn.cursor()
