@@ -20,12 +20,19 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Literal, cast
 
 import sqlalchemy as sa
 
 from thl_topics.event import ColumnSpec, ThlValue
-from thl_topics.values import DECIMAL_TYPES, INTEGER_TYPES, format_time, from_thl
+from thl_topics.values import (
+    DECIMAL_TYPES,
+    INTEGER_TYPES,
+    format_time,
+    from_thl,
+    incomplete_date,
+)
 
 SqlType = sa.types.TypeEngine[Any]
 
@@ -412,8 +419,25 @@ RowAdapter = Callable[[Sequence[ThlValue]], list[object]]
 #: Kinds whose string values do not pass as they are: ``from_thl`` converts them (numbers,
 #: dates, times), or the value policy looks into them (JSON's escaped U+0000).
 _CONVERTED_KINDS = INTEGER_TYPES | DECIMAL_TYPES | DATE_TYPES | {"TIME", "JSON"}
-#: Passes: what a value must be to pass as it is (see ``row_adapter``).
-_ANY, _INT, _STR, _STR_NO_NUL = range(4)
+#: Passes: what a value must be to pass as it is (see ``row_adapter``); _DECIMAL, _DATE and
+#: _DATETIME: a string parsed the way ``adapt_value`` would, without its dispatch.
+_ANY, _INT, _STR, _STR_NO_NUL, _DECIMAL, _DATE, _DATETIME = range(7)
+
+
+def _parsed(raw: str, passing: int, spec: ColumnSpec, target: SqlType, dialect: str,
+            policy: ValuePolicy | None) -> object:
+    """``adapt_value`` of a DECIMAL, DATE or DATETIME string: ``from_thl``'s parse, which
+    ``adapt`` then hands on as it is (a Decimal, a date, a naive datetime); zero dates
+    (the value policy's) and anything else go ``adapt_value``'s whole way."""
+    if passing == _DECIMAL:
+        return Decimal(raw)
+    if not incomplete_date(raw):
+        if passing == _DATE:
+            return dt.date.fromisoformat(raw)
+        value = dt.datetime.fromisoformat(raw)
+        if value.tzinfo is None:
+            return value
+    return adapt_value(raw, spec, target, dialect, policy)
 
 
 def row_adapter(specs: Sequence[ColumnSpec], targets: Sequence[SqlType], dialect: str,
@@ -433,6 +457,12 @@ def row_adapter(specs: Sequence[ColumnSpec], targets: Sequence[SqlType], dialect
             # A PostgreSQL BIT wants a bit string, a BOOLEAN a bool (``adapt``).
             bent = dialect == "postgresql" and type_name in ("BIT", "VARBIT", "BOOLEAN")
             passes.append(_ANY if bent else _INT)
+        elif kind in DECIMAL_TYPES:
+            passes.append(_DECIMAL)
+        elif kind == "DATE":
+            passes.append(_DATE)
+        elif kind == "DATETIME":
+            passes.append(_DATETIME)
         elif kind in _CONVERTED_KINDS:
             passes.append(_ANY)
         else:
@@ -442,7 +472,7 @@ def row_adapter(specs: Sequence[ColumnSpec], targets: Sequence[SqlType], dialect
     # is recognised by its types alone: one comparison, no loop over the values (and a
     # look for U+0000 in the strings that must not hold it).
     plain = tuple(int if p == _INT else str for p in passes) \
-        if all(p != _ANY for p in passes) else None
+        if all(p in (_INT, _STR, _STR_NO_NUL) for p in passes) else None
     no_nul = [i for i, p in enumerate(passes) if p == _STR_NO_NUL]
 
     def adapted(row: Sequence[ThlValue]) -> list[object]:
@@ -454,6 +484,8 @@ def row_adapter(specs: Sequence[ColumnSpec], targets: Sequence[SqlType], dialect
             if raw is None or (type(raw) is int and passing == _INT) or (isinstance(raw, str) and (
                     passing == _STR or (passing == _STR_NO_NUL and "\x00" not in raw))):
                 out.append(raw)
+            elif type(raw) is str and passing >= _DECIMAL:
+                out.append(_parsed(raw, passing, spec, target, dialect, policy))
             else:
                 out.append(adapt_value(raw, spec, target, dialect, policy))
         return out
