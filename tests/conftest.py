@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.harness.processes import kill_orphans, own_spawned
 from tests.integration.sharing import CORE, take_started
 
 _INTEGRATION = Path(__file__).parent / "integration"
@@ -74,6 +75,11 @@ def _rank(item: pytest.Item, taken: set[tuple[str, ...]]) -> int:
 def pytest_sessionstart(session: pytest.Session) -> None:
     if "PYTEST_XDIST_WORKER" not in os.environ:
         take_started()  # a list left by a dead run of the same process id
+        killed = kill_orphans()
+        if killed:
+            print(f"killed {len(killed)} trep process(es) left by a killed test run: "
+                  f"{', '.join(map(str, killed))}")
+    own_spawned()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

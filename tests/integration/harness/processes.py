@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -14,12 +15,64 @@ from pathlib import Path
 
 from stack.settings import REPO_ROOT
 
+#: Set in every test process's environment to its own pid (``own_spawned``), so every
+#: process a test spawns carries the pid of the pytest process it belongs to.
+OWNER = "TREP_TEST_OWNER"
+
+
+def own_spawned() -> None:
+    """Mark what this pytest process spawns from now on as its own (``kill_orphans``)."""
+    os.environ[OWNER] = str(os.getpid())
+
+
+def kill_orphans() -> list[int]:
+    """SIGKILL the ``trep`` processes that tests of a pytest process now gone left behind.
+
+    A test's ``kill_leftovers`` runs in its teardown, which a killed pytest never reaches:
+    its extractors and consumer groups went on replicating, against the same fixed ports,
+    through the next run (two did during a CI run, 2026-12-01). Only ``python -m trep.*``
+    processes are taken, never a server: a dead run's servers are reused by the next.
+    """
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone, or not ours to read
+        if not any(arg.startswith(b"trep.") for arg in cmdline):
+            continue
+        owner = next((v[len(OWNER) + 1:] for v in environ
+                      if v.startswith(OWNER.encode() + b"=")), None)
+        if owner is None or not owner.isdigit() or _alive(int(owner)):
+            continue
+        try:
+            os.kill(int(entry.name), signal.SIGKILL)
+            killed.append(int(entry.name))
+        except ProcessLookupError:
+            pass
+    return killed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
 
 def bare_env() -> dict[str, str]:
     """An environment with nothing of the test's but the repository on the path (what an
-    operator's shell would give a command), and coverage's variables, so that ``make
-    coverage`` measures these processes too."""
+    operator's shell would give a command), coverage's variables, so that ``make
+    coverage`` measures these processes too, and the test's owner mark (``OWNER``)."""
     env = {"PYTHONPATH": str(REPO_ROOT)}
+    if OWNER in os.environ:
+        env[OWNER] = os.environ[OWNER]
     env.update({k: v for k, v in os.environ.items() if k.startswith("COVERAGE_")})
     return env
 
