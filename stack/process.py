@@ -30,20 +30,25 @@ def read_pid(pid_file: Path) -> int | None:
         pid = int(pid_file.read_text().strip())
     except (FileNotFoundError, ValueError):
         return None
+    return pid if alive(pid) else None
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` is alive (a zombie is not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return None
+        return False
     except PermissionError:
-        return pid
+        return True
     # A zombie child of this very process still answers kill(0); reap it if it is ours.
     with contextlib.suppress(ChildProcessError):
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done == pid:
-            return None
+            return False
     # A zombie child of another process (a server one test worker started and another
     # stopped) is dead too, though only its parent can reap it.
-    return None if _zombie(pid) else pid
+    return not _zombie(pid)
 
 
 def _zombie(pid: int) -> bool:

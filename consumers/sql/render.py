@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from pymysql import converters
 from pymysql.constants import COMMAND
 
 #: A parameter of a compiled statement: ``%(name)s`` (named) or ``%s`` (positional).
@@ -146,8 +147,6 @@ def _pymysql_literal(conn: Any) -> Literal:
     For the types its ``escape_item`` hands straight to their encoder (not strings or
     bytes, which depend on the connection's quoting mode and charset, nor sequences and
     dicts, which take the charset), that encoder is called here without the lookups."""
-    from pymysql import converters
-
     encoders: dict[type, Any] = conn.encoders
     special = (converters.escape_dict, converters.escape_sequence)
     direct = {kind: encoder for kind, encoder in encoders.items()
@@ -180,17 +179,12 @@ def _pymysql_time(value: dt.time, _mapping: object = None) -> str:
     return "'" + value.isoformat()[:15 if value.microsecond else 8] + "'"
 
 
-def _pymysql_calendar() -> dict[type, tuple[object, Callable[..., str]]]:
-    from pymysql import converters
-
-    return {dt.datetime: (converters.escape_datetime, _pymysql_datetime),
-            dt.date: (converters.escape_date, _pymysql_date),
-            dt.time: (converters.escape_time, _pymysql_time)}
-
-
 #: PyMySQL's encoders of calendar types, and the same text made faster (``_pymysql_literal``
 #: uses ours only where the connection's encoder is PyMySQL's own).
-_PYMYSQL_CALENDAR = _pymysql_calendar()
+_PYMYSQL_CALENDAR: dict[type, tuple[object, Callable[..., str]]] = {
+    dt.datetime: (converters.escape_datetime, _pymysql_datetime),
+    dt.date: (converters.escape_date, _pymysql_date),
+    dt.time: (converters.escape_time, _pymysql_time)}
 
 
 def client_cursor(conn: sa.Connection, dialect: str) -> Any:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from decimal import Decimal
+from typing import Any
 
 import psycopg
 
@@ -45,6 +46,11 @@ def _outcome(render: Callable[[object], str], value: object) -> str:
         return f"{type(exc).__name__}: {exc}"
 
 
+def _mogrify(cursor: Any) -> Callable[[object], str]:
+    """The driver's own literal of one value."""
+    return lambda value: str(cursor.mogrify("%s", (value,)))
+
+
 def _one(row: tuple[object, ...] | None) -> object:
     assert row is not None and len(row) == 1, row
     return row[0]
@@ -65,26 +71,32 @@ def test_postgresql_literals_read_back_as_the_bound_values(postgresql: PostgreSQ
         cursor.close()
 
 
-def test_mariadb_literals_read_back_as_the_bound_values_in_both_quoting_modes(
-        mariadb_target: MariaDB) -> None:
-    conn = mariadb_target.connect()
+def _in_both_quoting_modes(mariadb: MariaDB) -> Iterator[tuple[str, Any]]:
+    """(sql_mode, a cursor of a session in it): backslashes escape, then they do not."""
+    conn = mariadb.connect()
     try:
         for mode in ("", "NO_BACKSLASH_ESCAPES"):
             with conn.cursor() as cur:
                 cur.execute(f"SET SESSION sql_mode = '{mode}'")
-                literal = mysql_literal(cur)
-                for value in TRICKY:
-                    if isinstance(value, (Decimal, float, dt.date)):
-                        continue  # MariaDB hands these back in its own forms; driver-made
-                    cur.execute(f"SELECT {literal(value)}")
-                    written = _one(cur.fetchone())
-                    cur.execute("SELECT %s", (value,))
-                    bound = _one(cur.fetchone())
-                    assert written == bound, (mode, value, literal(value))
-                    assert written == (int(value) if isinstance(value, bool) else value), (
-                        mode, value)
+                yield mode, cur
     finally:
         conn.close()
+
+
+def test_mariadb_literals_read_back_as_the_bound_values_in_both_quoting_modes(
+        mariadb_target: MariaDB) -> None:
+    for mode, cur in _in_both_quoting_modes(mariadb_target):
+        literal = mysql_literal(cur)
+        for value in TRICKY:
+            if isinstance(value, (Decimal, float, dt.date)):
+                continue  # MariaDB hands these back in its own forms; driver-made
+            cur.execute(f"SELECT {literal(value)}")
+            written = _one(cur.fetchone())
+            cur.execute("SELECT %s", (value,))
+            bound = _one(cur.fetchone())
+            assert written == bound, (mode, value, literal(value))
+            assert written == (int(value) if isinstance(value, bool) else value), (
+                mode, value)
 
 
 def test_the_driver_made_literals_equal_psycopgs_mogrify(postgresql: PostgreSQL) -> None:
@@ -93,22 +105,16 @@ def test_the_driver_made_literals_equal_psycopgs_mogrify(postgresql: PostgreSQL)
         literal = postgresql_literal(cursor)
         for value in DRIVER_MADE:
             assert _outcome(literal, value) == \
-                _outcome(lambda v: cursor.mogrify("%s", (v,)), value), value
+                _outcome(_mogrify(cursor), value), value
         cursor.close()
 
 
 def test_the_driver_made_literals_equal_pymysqls_mogrify_in_both_quoting_modes(
         mariadb_target: MariaDB) -> None:
-    conn = mariadb_target.connect()
-    try:
-        for mode in ("", "NO_BACKSLASH_ESCAPES"):
-            with conn.cursor() as cur:
-                cur.execute(f"SET SESSION sql_mode = '{mode}'")
-                literal = mysql_literal(cur)
-                for value in DRIVER_MADE:
-                    if isinstance(value, uuid.UUID):
-                        continue  # PyMySQL has no encoder for it (neither has the applier)
-                    assert _outcome(literal, value) == \
-                        _outcome(lambda v: cur.mogrify("%s", (v,)), value), (mode, value)
-    finally:
-        conn.close()
+    for mode, cur in _in_both_quoting_modes(mariadb_target):
+        literal = mysql_literal(cur)
+        for value in DRIVER_MADE:
+            if isinstance(value, uuid.UUID):
+                continue  # PyMySQL has no encoder for it (neither has the applier)
+            assert _outcome(literal, value) == \
+                _outcome(_mogrify(cur), value), (mode, value)

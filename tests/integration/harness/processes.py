@@ -13,6 +13,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from stack.process import alive
 from stack.settings import REPO_ROOT
 
 #: Set in every test process's environment to its own pid (``own_spawned``), so every
@@ -46,7 +47,7 @@ def kill_orphans() -> list[int]:
             continue
         owner = next((v[len(OWNER) + 1:] for v in environ
                       if v.startswith(OWNER.encode() + b"=")), None)
-        if owner is None or not owner.isdigit() or _alive(int(owner)):
+        if owner is None or not owner.isdigit() or alive(int(owner)):
             continue
         try:
             os.kill(int(entry.name), signal.SIGKILL)
@@ -54,16 +55,6 @@ def kill_orphans() -> list[int]:
         except ProcessLookupError:
             pass
     return killed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def bare_env() -> dict[str, str]:
