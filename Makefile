@@ -34,7 +34,7 @@ PYSPARK := $(shell sed -n 's/^ *"pyspark==\([^"]*\)",.*/\1/p' pyproject.toml)
 # uv reads neither pip.conf nor PIP_* variables: pip's find-links are passed on. The compiled
 # modules (setup.py) are built in place by the editable install, again when their sources
 # change.
-$(STAMP): pyproject.toml setup.py $(wildcard */*.pyx)
+$(STAMP): pyproject.toml setup.py $(wildcard */*.pyx */*/*.pyx)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11) and "Python 3.11 is required")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q uv==$(UV_VERSION)

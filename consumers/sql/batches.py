@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
@@ -40,13 +40,21 @@ from pymysql.cursors import RE_INSERT_VALUES
 from sqlalchemy import exc as sa_exc
 
 from consumers.errors import DataError, TransientError
-from consumers.sql.collapse import Key, NotCollapsed, Params, TableChanges
+from consumers.sql.collapse import (
+    Image,
+    Key,
+    KeyOf,
+    NotCollapsed,
+    TableChanges,
+    key_of,
+)
 from consumers.sql.context import TargetContext
 from consumers.sql.positions import SqlTracking
 from consumers.sql.render import (
     Literal,
     Template,
     client_cursor,
+    literals,
     mysql_literal,
     postgresql_literal,
     read_first_answer,
@@ -183,6 +191,9 @@ class _Rendering:
     #: PostgreSQL: the ``COPY ... FROM STDIN`` taking the same rows, where the INSERT's
     #: VALUES are its parameters alone (no expression around one).
     copy: str | None = None
+    #: An INSERT's tuple of VALUES taking an after image itself (collapsed rows): each
+    #: parameter ``v<i>`` named by its index ``i`` in the image.
+    images: Template | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,9 +202,9 @@ class CollapsePlan:
 
     #: The primary key's source column names, in key order.
     key: tuple[str, ...]
-    #: The key's parameter names in after images (``v<i>``) and before images (``k<i>``).
-    after: list[str]
-    before: list[str]
+    #: The key of an after image and of a before image (None: the layout has none).
+    after: KeyOf | None
+    before: KeyOf | None
     #: The after images' column layout (``_names``).
     names: tuple[tuple[str, bool], ...]
     #: A BLOB, TEXT or JSON column may hold a value bound by the driver, not rendered.
@@ -216,10 +227,12 @@ def _names(specs: list[ColumnSpec]) -> tuple[tuple[str, bool], ...]:
     return tuple((c.name, c.primary_key) for c in specs)
 
 
-def _positions(key: tuple[str, ...], specs: list[ColumnSpec], prefix: str) -> list[str]:
-    """The parameter names of the key's columns in rows of ``specs`` (``v<i>``/``k<i>``)."""
+def _key_of(key: tuple[str, ...], specs: list[ColumnSpec]) -> KeyOf | None:
+    """The key of an image of ``specs`` (None: they do not hold the whole key)."""
     index = {c.name: i for i, c in enumerate(specs)}
-    return [f"{prefix}{index[k]}" for k in key if k in index]
+    if not all(k in index for k in key):
+        return None
+    return key_of([index[k] for k in key])
 
 
 class BatchWriter:
@@ -296,17 +309,19 @@ class BatchWriter:
                       keys: list[ColumnSpec]) -> CollapsePlan:
         """How changes of one layout collapse by primary key ``key`` (its columns, in
         order)."""
-        return CollapsePlan(key, _positions(key, columns, "v"), _positions(key, keys, "k"),
-                            _names(columns),
+        return CollapsePlan(key, _key_of(key, columns), _key_of(key, keys), _names(columns),
                             any(c.blob or c.type.upper() == "JSON" for c in (*columns, *keys)))
 
     def collapse(self, target: TargetTable, plan: CollapsePlan, action: RowAction,
-                 columns: list[ColumnSpec], params: list[Params]) -> int:
-        """Collapse a row change's rows into its table's net effects by primary key; how
-        many rows were taken (the rest, from the first one that cannot be collapsed, go in
-        order; all of them where a value is bound by the driver, not rendered)."""
-        if plan.large_columns and _large_value(params):
-            return 0
+                 columns: list[ColumnSpec], after: Sequence[Image], before: Sequence[Image]
+                 ) -> int:
+        """Collapse a row change's adapted images into its table's net effects by primary
+        key; how many rows were taken (the rest, from the first one that cannot be
+        collapsed, go in order; all of them where a value is bound by the driver, not
+        rendered)."""
+        if plan.large_columns and (_large_value(after) or (
+                plan.before is not None and _large_value(map(plan.before, before)))):
+            return 0  # of a before image, only its key would be rendered
         self.close_batch()
         table = (target.qualified, id(target))
         held = self.collapsed.get(table)
@@ -317,22 +332,27 @@ class BatchWriter:
         if held is None:
             held = self.collapsed[table] = _Collapsing(target, plan.key, columns, TableChanges())
         held.columns = held.columns or columns
-        after = plan.after
-        before = plan.before
         changes = held.changes
-        for taken, row in enumerate(params):
-            try:
-                if action is RowAction.INSERT:
-                    changes.insert(row, after)
-                elif action is RowAction.UPDATE:
-                    changes.update(row, before, after)
-                else:
-                    changes.delete(row, before)
-            except NotCollapsed:
-                self.collapsed_rows += taken
-                return taken
-        self.collapsed_rows += len(params)
-        return len(params)
+        after_key, before_key = plan.after, plan.before
+        taken = 0
+        try:
+            if action is RowAction.INSERT and after_key is not None:
+                for image in after:
+                    changes.insert(image, after_key)
+                    taken += 1
+            elif action is RowAction.UPDATE and after_key is not None \
+                    and before_key is not None:
+                for new, old in zip(after, before, strict=True):
+                    changes.update(new, old, before_key, after_key)
+                    taken += 1
+            elif action is RowAction.DELETE and before_key is not None:
+                for image in before:
+                    changes.delete(image, before_key)
+                    taken += 1
+        except NotCollapsed:
+            pass
+        self.collapsed_rows += taken
+        return taken
 
     def emit_collapsed(self, open_end: bool = False) -> LastCopy | None:
         """The collapsed changes as statements, queued: counts, deletes, upserts, inserts.
@@ -344,8 +364,7 @@ class BatchWriter:
         left: LastCopy | None = None
         cursor = client_cursor(self.ctx.local, self.ctx.dialect)
         try:
-            literal = (postgresql_literal(cursor) if self.ctx.dialect == "postgresql"
-                       else mysql_literal(cursor))
+            literal, special = literals(cursor, self.ctx.dialect)
             for h in held:
                 self._keys_statements(h, "SELECT COUNT(*) FROM", h.changes.must_exist(),
                                       literal, "count", True)
@@ -356,17 +375,18 @@ class BatchWriter:
                                       True)
             # Kept rows before new ones: a new row may take a unique value a kept one gave up.
             for h in held:
-                self._insert_statements(h, list(h.changes.upserted()), literal,
+                self._insert_statements(h, list(h.changes.upserted()), literal, special,
                                         self._upsert_clause(h))
             for h in held:
-                left = self._insert_statements(h, list(h.changes.inserted()), literal, "",
-                                               copy=True, open_end=open_end and h is held[-1])
+                left = self._insert_statements(h, list(h.changes.inserted()), literal,
+                                               special, "", copy=True,
+                                               open_end=open_end and h is held[-1])
         finally:
             cursor.close()
         return left
 
-    def _copy(self, held: _Collapsing, sql: str, names: tuple[str, ...],
-              rows: list[Params], open_end: bool = False) -> LastCopy | None:
+    def _copy(self, held: _Collapsing, sql: str, names: tuple[int, ...],
+              rows: list[Image], open_end: bool = False) -> LastCopy | None:
         """New rows of a table by ``sql`` (a COPY), after everything queued before them, in
         their round trip; ``open_end``: formatted only, returned."""
         from consumers.sql.pgwire import copy_data
@@ -420,22 +440,23 @@ class BatchWriter:
         return " ON DUPLICATE KEY UPDATE " + ", ".join(
             f"{n} = VALUES({n})" for n in (rest or key))
 
-    def _insert_statements(self, held: _Collapsing, rows: list[Params], literal: Literal,
-                           clause: str, copy: bool = False, open_end: bool = False
-                           ) -> LastCopy | None:
-        """Multi-row INSERTs of ``rows`` (with ``clause``) queued; ``copy``: by COPY where
-        the target takes it (PostgreSQL, ``COPY_ROWS`` rows or more, plain VALUES), only
-        formatted and returned where ``open_end``."""
+    def _insert_statements(self, held: _Collapsing, rows: list[Image], literal: Literal,
+                           special: str | None, clause: str, copy: bool = False,
+                           open_end: bool = False) -> LastCopy | None:
+        """Multi-row INSERTs of ``rows`` (after images, with ``clause``; ``literal`` and
+        ``special`` from ``render.literals``) queued; ``copy``:
+        by COPY where the target takes it (PostgreSQL, ``COPY_ROWS`` rows or more, plain
+        VALUES), only formatted and returned where ``open_end``."""
         if not rows:
             return None
-        batch = Batch(held.target, RowAction.INSERT, held.columns, held.columns, rows)
-        rendering = self._rendering(batch)
-        if copy and rendering.copy is not None and len(rows) >= COPY_ROWS:
-            return self._copy(held, rendering.copy, rendering.row.names, rows, open_end)
-        if rendering.around is None:
+        rendering = self._rendering(Batch(held.target, RowAction.INSERT, held.columns,
+                                          held.columns, []))
+        if rendering.around is None or rendering.images is None:
             raise RuntimeError("an INSERT rendered as one statement per row")
+        if copy and rendering.copy is not None and len(rows) >= COPY_ROWS:
+            return self._copy(held, rendering.copy, rendering.images.names, rows, open_end)
         prefix, postfix = rendering.around
-        for text in _joined(rendering.row.render_all(rows, literal)):
+        for text in _joined(rendering.images.render_images(rows, literal, special)):
             self.enqueue(Queued(prefix + text + postfix + clause, 0, RowAction.INSERT,
                                 held.target, collapsed=True))
         return None
@@ -487,7 +508,8 @@ class BatchWriter:
                 plain = row.form == "(" + ", ".join(["%s"] * len(row.names)) + ")"
                 copy = f"COPY {into.group(1)} FROM STDIN" if self.ctx.dialect == \
                     "postgresql" and into is not None and plain and not tail else None
-                found = _Rendering(row, (head, tail), copy)
+                found = _Rendering(row, (head, tail), copy,
+                                   row.by_position(lambda name: int(name[1:])))
             else:
                 found = _Rendering(Template(sql, order), None)
             self._texts[layout] = found
@@ -681,8 +703,8 @@ class BatchWriter:
         self.queued, self.queued_bytes = [], 0
 
 
-def _picker(names: tuple[str, ...]) -> Callable[[Params], tuple[object, ...]]:
-    """A row's values of ``names``, in order, as a tuple (one C call a row)."""
+def _picker(names: tuple[int, ...]) -> Callable[[Image], tuple[object, ...]]:
+    """An image's values at ``names``, in order, as a tuple (one C call a row)."""
     if len(names) == 1:
         name = names[0]
         return lambda row: (row[name],)
@@ -710,13 +732,13 @@ def _holds_large_value(columns: list[ColumnSpec], keys: list[ColumnSpec],
     BLOB, TEXT or JSON column are looked into: other columns hold 64 KiB at most)."""
     if not any(c.blob or c.type.upper() == "JSON" for c in (*columns, *keys)):
         return False
-    return _large_value(rows)
+    return _large_value(params.values() for params in rows)
 
 
-def _large_value(rows: list[dict[str, object]]) -> bool:
-    """True if one of ``rows`` has a value above LARGE_VALUE_BYTES."""
-    for params in rows:
-        for value in params.values():
+def _large_value(rows: Iterable[Iterable[object]]) -> bool:
+    """True if one of ``rows`` (images, keys) has a value above LARGE_VALUE_BYTES."""
+    for values in rows:
+        for value in values:
             if isinstance(value, (bytes, str)) and len(value) > LARGE_VALUE_BYTES:
                 return True
     return False

@@ -18,11 +18,15 @@ go in order, and the target says what is wrong.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import operator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-Params = dict[str, object]
 Key = tuple[object, ...]
+#: A row image: its values in the order of its column specs.
+Image = Sequence[object]
+#: The primary key's values of an image, in key order.
+KeyOf = Callable[[Image], Key]
 
 
 class NotCollapsed(Exception):
@@ -43,14 +47,24 @@ class Net:
 
     #: Its row was on the target before the block.
     existed: bool
-    #: The row after the block (bound parameters, ``v<i>``), or None: deleted.
-    image: Params | None
+    #: The row's after image at the end of the block, or None: deleted.
+    image: Image | None
+
+
+def key_of(index: Sequence[int]) -> KeyOf:
+    """The key of an image whose key columns are at ``index``, in key order (one C call,
+    or one index, a row)."""
+    if len(index) == 1:
+        at = index[0]
+        return lambda image: (image[at],)
+    return operator.itemgetter(*index)
 
 
 class TableChanges:
     """One table's changes in a block, by primary key, in the order keys were first
-    touched. A change names where its key is in its parameters: ``v<i>`` of an after
-    image, ``k<i>`` of a before image, in the key's order."""
+    touched. Images are the adapted rows themselves (no parameters bound: most of them
+    are replaced by a later change of their key, or never leave as anything but text);
+    ``KeyOf`` picks an image's key."""
 
     def __init__(self) -> None:
         self.nets: dict[Key, Net] = {}
@@ -58,31 +72,32 @@ class TableChanges:
     def __len__(self) -> int:
         return len(self.nets)
 
-    def insert(self, row: Params, after: Sequence[str]) -> None:
-        key = _key(row, after)
-        net = self.nets.get(key)
+    def insert(self, after: Image, key_of: KeyOf) -> None:
+        key = key_of(after)
+        net = self._net(key)
         if net is None:
-            self.nets[key] = Net(False, row)
+            self.nets[key] = Net(False, after)
         elif net.image is not None:
             raise Unexplained(f"key {key!r} inserted while its row is there")
         else:
-            net.image = row
+            net.image = after
 
-    def update(self, row: Params, before: Sequence[str], after: Sequence[str]) -> None:
-        key = _key(row, before)
-        if _key(row, after) != key:
+    def update(self, after: Image, before: Image, before_key: KeyOf, after_key: KeyOf
+               ) -> None:
+        key = before_key(before)
+        if after_key(after) != key:
             raise KeyMoved(f"key {key!r} moved")
-        net = self.nets.get(key)
+        net = self._net(key)
         if net is None:
-            self.nets[key] = Net(True, row)
+            self.nets[key] = Net(True, after)
         elif net.image is None:
             raise Unexplained(f"key {key!r} updated after its delete")
         else:
-            net.image = row
+            net.image = after
 
-    def delete(self, row: Params, before: Sequence[str]) -> None:
-        key = _key(row, before)
-        net = self.nets.get(key)
+    def delete(self, before: Image, key_of: KeyOf) -> None:
+        key = key_of(before)
+        net = self._net(key)
         if net is None:
             self.nets[key] = Net(True, None)
         elif net.image is None:
@@ -105,19 +120,16 @@ class TableChanges:
         """Keys whose row was there and is gone."""
         return [k for k, n in self.nets.items() if n.existed and n.image is None]
 
-    def inserted(self) -> Iterator[Params]:
+    def inserted(self) -> Iterator[Image]:
         """After images of keys that were not there."""
         return (n.image for n in self.nets.values() if not n.existed and n.image is not None)
 
-    def upserted(self) -> Iterator[Params]:
+    def upserted(self) -> Iterator[Image]:
         """After images of keys that were there and stay (their existence checked)."""
         return (n.image for n in self.nets.values() if n.existed and n.image is not None)
 
-
-def _key(row: Params, names: Sequence[str]) -> Key:
-    key = (row[names[0]],) if len(names) == 1 else tuple([row[n] for n in names])
-    try:
-        hash(key)
-    except TypeError as exc:
-        raise NotCollapsed(f"an unhashable key value: {exc}") from exc
-    return key
+    def _net(self, key: Key) -> Net | None:
+        try:
+            return self.nets.get(key)
+        except TypeError as exc:  # the dict hashes it
+            raise NotCollapsed(f"an unhashable key value: {exc}") from exc

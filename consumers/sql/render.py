@@ -23,6 +23,8 @@ import sqlalchemy as sa
 from pymysql import converters
 from pymysql.constants import COMMAND
 
+from consumers.sql._render_rows import render_images as _render_images
+
 #: A parameter of a compiled statement: ``%(name)s`` (named) or ``%s`` (positional).
 _PARAM = re.compile(r"%\((\w+)\)s|%s|%%")
 
@@ -33,7 +35,7 @@ Literal = Callable[[object], str]
 class Template:
     """A statement's text cut at its parameters, rendered with each row's values."""
 
-    __slots__ = ("form", "names")
+    __slots__ = ("form", "names", "pieces")
 
     def __init__(self, sql: str, order: Sequence[str] | None = None) -> None:
         """``sql``: the driver's text (``%(name)s`` or ``%s`` parameters, ``%%`` for %);
@@ -60,8 +62,10 @@ class Template:
         pieces.append("".join(text))
         #: Each parameter's name, or its position (positional style without ``order``).
         self.names: tuple[Any, ...] = tuple(names)
-        #: The text before each parameter and after the last one, as one %-format of the
-        #: parameters' literals (one C call a row, not a loop).
+        #: The text before each parameter and after the last one.
+        self.pieces = tuple(pieces)
+        #: The same, as one %-format of the parameters' literals (one C call a row, not a
+        #: loop).
         self.form = "%s".join(p.replace("%", "%%") for p in pieces)
 
     def render(self, params: Mapping[str, object] | Sequence[object], literal: Literal) -> str:
@@ -73,15 +77,56 @@ class Template:
         form, names = self.form, self.names
         return [form % tuple([literal(row[name]) for name in names]) for row in rows]
 
+    def by_position(self, position: Callable[[str], int]) -> Template:
+        """The same text taking sequences: each parameter at ``position(name)``."""
+        other = Template.__new__(Template)
+        other.form = self.form
+        other.pieces = self.pieces
+        other.names = tuple(position(name) for name in self.names)
+        return other
+
+    def render_images(self, rows: Sequence[Sequence[object]], literal: Literal,
+                      special: str | None = None) -> list[str]:
+        """``render_all`` of sequences (a ``by_position`` template), all of one width.
+        ``special``: the characters that make a string ``literal``'s to write (``literals``);
+        given, NULLs, integers and other strings are written by compiled code."""
+        if special is not None:
+            return _render_images(self.pieces, rows, self.names, special, literal)
+        form, names = self.form, self.names
+        if rows and names == tuple(range(len(rows[0]))):
+            # Every value in order (no generated column left out): no index per value.
+            return [form % tuple(map(literal, row)) for row in rows]
+        return [form % tuple([literal(row[at]) for at in names]) for row in rows]
+
+
+#: The characters of a string that ``mysql_literal`` escapes (in either quoting mode) and
+#: that make a string ``postgresql_literal``'s to double its quotes or the driver's to
+#: write: every other string is quoted as it is.
+MYSQL_SPECIAL = "'\\\"\n\r\x00\x1a"
+POSTGRESQL_SPECIAL = "'\\\x00"
+
+
+def literals(cursor: Any, dialect: str) -> tuple[Literal, str | None]:
+    """The literals of a client cursor of ``dialect`` (``mysql_literal`` or
+    ``postgresql_literal``), and the characters that make a string theirs to write (None:
+    every value is theirs)."""
+    if dialect == "postgresql":
+        return postgresql_literal(cursor), POSTGRESQL_SPECIAL if _conforming(cursor) else None
+    return mysql_literal(cursor), MYSQL_SPECIAL
+
+
+def _conforming(cursor: Any) -> bool:
+    status: str | None = cursor.connection.info.parameter_status("standard_conforming_strings")
+    return status == "on"
+
 
 def postgresql_literal(cursor: Any) -> Literal:
     """Literals for a psycopg ``ClientCursor``: NULL, integers and strings written here as
     libpq's ``PQescapeLiteral`` writes them (``standard_conforming_strings`` must be on, as
     it is by default since PostgreSQL 9.1); anything else as the cursor's ``mogrify`` would
     (``_psycopg_literal``)."""
-    status = cursor.connection.info.parameter_status("standard_conforming_strings")
     driver = _psycopg_literal(cursor)
-    if status != "on":
+    if not _conforming(cursor):
         return driver
 
     def literal(value: object) -> str:

@@ -127,7 +127,6 @@ class RowWriter:
         if idempotent and layout.keyed:
             self._idempotent(target, change, after, before)
             return
-        params = layout.bind(after, before)
         if not idempotent and self._batches.collapsing():
             if layout.collapse is _UNKNOWN:
                 key = self._tables.collapsible(target, change.column_specs, change.key_specs)
@@ -135,10 +134,12 @@ class RowWriter:
                     key, change.column_specs, change.key_specs)
             if isinstance(layout.collapse, CollapsePlan):
                 taken = self._batches.collapse(target, layout.collapse, change.action,
-                                               change.column_specs, params)
-                if taken == len(params):
+                                               change.column_specs, after, before)
+                if taken == max(len(after), len(before)):
                     return
-                params = params[taken:]  # from a key move on, in order
+                # From a key move on, in order.
+                after, before = after[taken:], before[taken:]
+        params = layout.bind(after, before)
         if idempotent:
             # No key: the row may not be there yet; the table's chunk will set it right.
             self._batches.flush()

@@ -6,29 +6,51 @@ import random
 
 import pytest
 
-from consumers.sql.collapse import KeyMoved, NotCollapsed, TableChanges, Unexplained
+from consumers.sql.collapse import (
+    Image,
+    KeyMoved,
+    NotCollapsed,
+    TableChanges,
+    Unexplained,
+    key_of,
+)
 
-AFTER = ["v0"]
-BEFORE = ["k0"]
+#: Images of (key, value): the key first.
+KEY = key_of([0])
 
 
-def row(key: object, value: object = None, before: object = None) -> dict[str, object]:
-    """Parameters of a row change: ``v0`` the after image's key, ``k0`` the before image's."""
-    return {"v0": key, "v1": value, "k0": key if before is None else before}
+class Change:
+    """A row change's images: ``after`` (key, value), ``before`` (key, its old value)."""
+
+    def __init__(self, key: object, value: object = None, before: object = None) -> None:
+        self.after: Image = [key, value]
+        self.before: Image = [key if before is None else before, "old"]
+
+
+def insert(t: TableChanges, c: Change) -> None:
+    t.insert(c.after, KEY)
+
+
+def update(t: TableChanges, c: Change) -> None:
+    t.update(c.after, c.before, KEY, KEY)
+
+
+def delete(t: TableChanges, c: Change) -> None:
+    t.delete(c.before, KEY)
 
 
 def test_each_key_keeps_its_last_image_and_whether_it_was_there() -> None:
     t = TableChanges()
-    t.insert(row(1, "a"), AFTER)
-    t.update(row(1, "b"), BEFORE, AFTER)        # new, updated: still an insert
-    t.update(row(2, "x"), BEFORE, AFTER)        # was there, kept
-    t.delete(row(3), BEFORE)                    # was there, gone
-    t.insert(row(4, "c"), AFTER)
-    t.delete(row(4), BEFORE)                    # new and gone: must not be there
-    t.delete(row(5), BEFORE)
-    t.insert(row(5, "again"), AFTER)            # was there, deleted, inserted: kept
-    assert [r["v1"] for r in t.inserted()] == ["b"]
-    assert [r["v1"] for r in t.upserted()] == ["x", "again"]
+    insert(t, Change(1, "a"))
+    update(t, Change(1, "b"))                   # new, updated: still an insert
+    update(t, Change(2, "x"))                   # was there, kept
+    delete(t, Change(3))                        # was there, gone
+    insert(t, Change(4, "c"))
+    delete(t, Change(4))                        # new and gone: must not be there
+    delete(t, Change(5))
+    insert(t, Change(5, "again"))               # was there, deleted, inserted: kept
+    assert [r[1] for r in t.inserted()] == ["b"]
+    assert [r[1] for r in t.upserted()] == ["x", "again"]
     assert t.must_exist() == [(2,), (5,)]
     assert t.deleted() == [(3,)]
     assert t.must_not_exist() == [(4,)]
@@ -37,7 +59,7 @@ def test_each_key_keeps_its_last_image_and_whether_it_was_there() -> None:
 def test_a_key_move_is_not_collapsed() -> None:
     t = TableChanges()
     with pytest.raises(KeyMoved):
-        t.update(row(2, "x", before=1), BEFORE, AFTER)
+        update(t, Change(2, "x", before=1))
     assert len(t) == 0
 
 
@@ -59,25 +81,24 @@ def test_changes_no_consistent_source_makes_are_unexplained(
 
 def test_an_unhashable_key_value_is_not_collapsed() -> None:
     with pytest.raises(NotCollapsed):
-        TableChanges().insert(row([1, 2], "a"), AFTER)
+        insert(TableChanges(), Change([1, 2], "a"))
 
 
 def test_composite_keys_are_matched_by_every_column_in_key_order() -> None:
+    """Images of (b, a, value) with the key (a, b); before images of (a, b) alone."""
     t = TableChanges()
-    t.insert({"v0": "b", "v1": 1, "v2": "x"}, ["v1", "v0"])
-    t.update({"v0": "b", "v1": 1, "v2": "y", "k0": 1, "k1": "b"}, ["k0", "k1"], ["v1", "v0"])
-    t.delete({"k0": 1, "k1": "c"}, ["k0", "k1"])
-    assert [r["v2"] for r in t.inserted()] == ["y"]
+    after, before = key_of([1, 0]), key_of([0, 1])
+    t.insert(["b", 1, "x"], after)
+    t.update(["b", 1, "y"], [1, "b"], before, after)
+    t.delete([1, "c"], before)
+    assert [r[2] for r in t.inserted()] == ["y"]
     assert t.deleted() == [(1, "c")]
+    with pytest.raises(KeyMoved):
+        t.update(["b", 2, "z"], [1, "b"], before, after)
 
 
 def apply(t: TableChanges, step: str, key: int, value: object = None) -> None:
-    if step == "insert":
-        t.insert(row(key, value), AFTER)
-    elif step == "update":
-        t.update(row(key, value), BEFORE, AFTER)
-    else:
-        t.delete(row(key), BEFORE)
+    {"insert": insert, "update": update, "delete": delete}[step](t, Change(key, value))
 
 
 def test_net_effects_equal_applying_every_change_in_order() -> None:
@@ -92,18 +113,18 @@ def test_net_effects_equal_applying_every_change_in_order() -> None:
             key = rng.randrange(12)
             if key in table:
                 if rng.random() < 0.5:
-                    t.update(row(key, f"u{n}"), BEFORE, AFTER)
+                    update(t, Change(key, f"u{n}"))
                     table[key] = f"u{n}"
                 else:
-                    t.delete(row(key), BEFORE)
+                    delete(t, Change(key))
                     del table[key]
             else:
-                t.insert(row(key, f"i{n}"), AFTER)
+                insert(t, Change(key, f"i{n}"))
                 table[key] = f"i{n}"
         assert all(k in before for (k,) in t.must_exist() + t.deleted())
         assert not any(k in before for (k,) in t.must_not_exist())
-        assert not any(r["v0"] in before for r in t.inserted())
+        assert not any(r[0] in before for r in t.inserted())
         result: dict[object, object] = {k: v for k, v in before.items()
                                         if (k,) not in t.deleted()}
-        result.update({r["v0"]: r["v1"] for r in (*t.upserted(), *t.inserted())})
+        result.update({r[0]: r[1] for r in (*t.upserted(), *t.inserted())})
         assert result == table

@@ -48,6 +48,21 @@ def test_a_batch_renders_as_its_rows_one_by_one(sql: str) -> None:
         "%(v1)s", "'s0'").replace("%%", "%")
 
 
+
+@pytest.mark.parametrize("sql", ["(%(v0)s, %(v1)s, %(v2)s)", "(%(v0)s, %(v2)s)",
+                                 "(%(v2)s, %(v0)s, '%%')", "(%(v1)s)"])
+def test_images_render_as_their_bound_parameters(sql: str) -> None:
+    """Collapsed rows are rendered from the images themselves: the same text as their
+    parameters bound by name, with every column in order and with some left out (a
+    generated column) or in another order."""
+    t = Template(sql)
+    images = [[i, f"s{i}", None if i % 2 else i * 1.5] for i in range(5)]
+    by_name = [{f"v{at}": value for at, value in enumerate(row)} for row in images]
+    positional = t.by_position(lambda name: int(name[1:]))
+    assert positional.render_images(images, repr) == t.render_all(by_name, repr)
+    assert positional.render_images([], repr) == []
+
+
 class _Info:
     def __init__(self, conforming: str | None) -> None:
         self.conforming = conforming
@@ -146,6 +161,49 @@ def test_mysql_string_literals_equal_pymysqls_escaping_for_every_special_charact
         rng.randint(1, 40))) for _ in range(2000)]
     for text in texts:
         assert literal(text) == "'" + escape(text) + "'", repr(text)
+
+
+def _cursors() -> list[tuple[str, _Cursor]]:
+    """A cursor of each dialect and quoting mode the compiled rendering serves."""
+    return [("mysql", _Cursor(_PyMySQLConnection(no_backslash=False))),
+            ("mysql", _Cursor(_PyMySQLConnection(no_backslash=True))),
+            ("postgresql", _Cursor(_Connection("on")))]
+
+
+def test_strings_without_a_special_character_are_their_literal_quoted() -> None:
+    """What the compiled rendering writes itself: every character (ASCII, and wider ones)
+    that is not in the dialect's ``special`` leaves a string as it is, in quotes."""
+    for dialect, cursor in _cursors():
+        literal, special = render.literals(cursor, dialect)
+        assert special is not None
+        for c in [*map(chr, range(128)), "é", "字", "\U0001f600"]:
+            if c not in special:
+                text = f"a{c}b"
+                assert literal(text) == f"'{text}'", (dialect, c)
+    assert render.literals(_Cursor(_Connection("off")), "postgresql")[1] is None
+
+
+def test_compiled_images_equal_the_python_path(driver: list[Any]) -> None:
+    """Random rows of every kind of value (strings of 1-, 2- and 4-byte characters with
+    and without special ones, negative and 80-bit integers, bool, Decimal, bytes, floats,
+    NULLs), through templates taking every column in order, some, or in another order."""
+    rng = random.Random(5)
+    alphabet = ["a", " ", "é", "字", "\U0001f600", "%", *"'\\\"\n\r\x00\x1a"]
+    values: list[Callable[[], object]] = [
+        lambda: None, lambda: rng.randint(-10, 10), lambda: rng.getrandbits(80),
+        lambda: -rng.getrandbits(80), lambda: True, lambda: Decimal("1.50"),
+        lambda: b"x\x00", lambda: rng.random(),
+        lambda: "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))),
+        lambda: "".join(rng.choice("abc xyz") for _ in range(rng.randint(0, 200)))]
+    rows = [[rng.choice(values)() for _ in range(4)] for _ in range(3000)]
+    for sql in ("(%(v0)s, %(v1)s, %(v2)s, %(v3)s)", "(%(v3)s, 'x%%', %(v1)s)", "(%(v2)s)"):
+        t = Template(sql).by_position(lambda name: int(name[1:]))
+        for dialect, cursor in _cursors():
+            literal, special = render.literals(cursor, dialect)
+            compiled = t.render_images(rows, literal, special)
+            driver.clear()
+            assert compiled == t.render_images(rows, literal), (sql, dialect)
+            assert driver, "no value was left to the driver's literal"
 
 
 def test_pymysql_literals_equal_its_mogrify_for_the_types_it_encodes_directly() -> None:

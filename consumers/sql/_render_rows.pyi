@@ -1,0 +1,7 @@
+"""Types of the compiled VALUES renderer (consumers/sql/_render_rows.pyx)."""
+
+from collections.abc import Callable, Sequence
+
+def render_images(pieces: tuple[str, ...], rows: Sequence[Sequence[object]],
+                  index: tuple[int, ...], special: str,
+                  literal: Callable[[object], str]) -> list[str]: ...
