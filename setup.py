@@ -11,5 +11,6 @@ setup(ext_modules=cythonize(
     [Extension("extractor._row_images", ["extractor/_row_images.pyx"]),
      Extension("thl_topics._avro_rows", ["thl_topics/_avro_rows.pyx"]),
      Extension("thl_topics._avro_read", ["thl_topics/_avro_read.pyx"]),
-     Extension("consumers.sql._render_rows", ["consumers/sql/_render_rows.pyx"])],
+     Extension("consumers.sql._render_rows", ["consumers/sql/_render_rows.pyx"]),
+     Extension("consumers.sql._adapt_rows", ["consumers/sql/_adapt_rows.pyx"])],
     compiler_directives={"language_level": "3"}, quiet=True))

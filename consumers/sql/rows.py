@@ -1,6 +1,6 @@
 """Row changes into the batches of their target tables, their values adapted.
 
-Each row's values are adapted to the target columns' reflected types (``types.row_adapter``,
+Each row's values are adapted to the target columns' reflected types (``types.rows_adapter``,
 made once per table and column layout) under the target's value policy (zero dates, U+0000
 characters): what the policy changed is counted per table and column and, once the block
 commits, counted in ``trep_values_changed_total`` and logged (at most once a minute per
@@ -24,7 +24,7 @@ from consumers.sql.batches import Batch, BatchWriter, CollapsePlan
 from consumers.sql.context import TargetContext
 from consumers.sql.statements import Binder, TargetTable, bind_rows, binder
 from consumers.sql.tables import TargetTables
-from consumers.sql.types import RowAdapter, ValuePolicy, ValueRefused, row_adapter
+from consumers.sql.types import RowsAdapter, ValuePolicy, ValueRefused, rows_adapter
 from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent
 
 #: The applier's log: these lines were always the applier's, and are filtered by its name.
@@ -48,8 +48,8 @@ class _Layout:
     #: Every column of the images (``_image_specs``).
     images: list[ColumnSpec]
     target: TargetTable
-    after: RowAdapter
-    before: RowAdapter
+    after: RowsAdapter
+    before: RowsAdapter
     bind: Binder
     #: The images have a primary key.
     keyed: bool
@@ -69,7 +69,7 @@ class RowWriter:
         self.metrics = metrics
         self._tables = tables
         self._batches = batches
-        self._adapters: dict[tuple[object, ...], RowAdapter] = {}
+        self._adapters: dict[tuple[object, ...], RowsAdapter] = {}
         self._layouts: dict[tuple[object, ...], _Layout] = {}
         #: Values the policy changed in the open block, by (kind, table, column).
         self._changed: Counter[tuple[str, str, str]] = Counter()
@@ -113,8 +113,8 @@ class RowWriter:
         layout = self._layout(change, event.seqno)
         target = layout.target
         try:
-            after = [layout.after(r) for r in change.column_values]
-            before = [layout.before(r) for r in change.key_values]
+            after = layout.after(change.column_values)
+            before = layout.before(change.key_values)
         except ValueRefused as exc:
             raise DataError(f"{self.ctx.target}: {target.qualified}, column {exc.column}, seqno "
                             f"{event.seqno}: {exc}", seqno=event.seqno) from exc
@@ -181,12 +181,12 @@ class RowWriter:
         return found
 
     def _adapter(self, target: TargetTable, specs: Sequence[ColumnSpec]
-                 ) -> RowAdapter:
+                 ) -> RowsAdapter:
         """The value adapter of one table and column layout (made once per layout)."""
         key = (target.qualified, id(target), tuple((c.name, c.type, c.length) for c in specs))
         found = self._adapters.get(key)
         if found is None:
-            found = self._adapters[key] = row_adapter(
+            found = self._adapters[key] = rows_adapter(
                 specs, [target.types[c.name] for c in specs], self.ctx.dialect, self.policy)
         return found
 

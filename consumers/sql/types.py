@@ -15,6 +15,7 @@ that depend only on the columns made once.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 import re
 from collections import Counter
@@ -25,6 +26,7 @@ from typing import Any, Literal, cast
 
 import sqlalchemy as sa
 
+from consumers.sql._adapt_rows import adapt_rows
 from thl_topics.event import ColumnSpec, ThlValue
 from thl_topics.values import (
     DECIMAL_TYPES,
@@ -415,6 +417,8 @@ def adapt_value(raw: ThlValue, spec: ColumnSpec, target: SqlType, dialect: str,
 
 RowAdapter = Callable[[Sequence[ThlValue]], list[object]]
 """A THL row to the values the target's driver gets (``row_adapter``)."""
+RowsAdapter = Callable[[Sequence[Sequence[ThlValue]]], list[list[object]]]
+"""The rows of a row change to the values the target's driver gets (``rows_adapter``)."""
 
 #: Kinds whose string values do not pass as they are: ``from_thl`` converts them (numbers,
 #: dates, times), or the value policy looks into them (JSON's escaped U+0000).
@@ -449,6 +453,45 @@ def row_adapter(specs: Sequence[ColumnSpec], targets: Sequence[SqlType], dialect
     come out as they went in, which is what ``adapt_row`` makes of them; every other value
     goes ``adapt_row``'s way.
     """
+    passes = _passes(specs, targets, dialect, policy)
+    columns = list(zip(passes, specs, targets, strict=True))
+    plain = _plain(passes)
+    no_nul = [i for i, p in enumerate(passes) if p == _STR_NO_NUL]
+
+    def adapted(row: Sequence[ThlValue]) -> list[object]:
+        if plain is not None and tuple(map(type, row)) == plain and (not no_nul or not any(
+                "\x00" in row[i] for i in no_nul)):  # type: ignore[operator]
+            return list(row)
+        out: list[object] = []
+        for raw, (passing, spec, target) in zip(row, columns, strict=True):
+            if raw is None or (type(raw) is int and passing == _INT) or (isinstance(raw, str) and (
+                    passing == _STR or (passing == _STR_NO_NUL and "\x00" not in raw))):
+                out.append(raw)
+            elif type(raw) is str and passing >= _DECIMAL:
+                out.append(_parsed(raw, passing, spec, target, dialect, policy))
+            else:
+                out.append(adapt_value(raw, spec, target, dialect, policy))
+        return out
+    return adapted
+
+
+def rows_adapter(specs: Sequence[ColumnSpec], targets: Sequence[SqlType], dialect: str,
+                 policy: ValuePolicy | None = None) -> RowsAdapter:
+    """``row_adapter`` of every row of a row change: the rows it passes as they are (only
+    plain values of their columns' types) are recognised by compiled code
+    (``_adapt_rows``), the others are its."""
+    one = row_adapter(specs, targets, dialect, policy)
+    passes = _passes(specs, targets, dialect, policy)
+    plain = _plain(passes)
+    if plain is None:
+        return lambda rows: [one(row) for row in rows]
+    return functools.partial(adapt_rows, plain,
+                             tuple(i for i, p in enumerate(passes) if p == _STR_NO_NUL), one)
+
+
+def _passes(specs: Sequence[ColumnSpec], targets: Sequence[SqlType], dialect: str,
+            policy: ValuePolicy | None) -> list[int]:
+    """What each column's value must be to pass as it is."""
     passes: list[int] = []
     for spec, target in zip(specs, targets, strict=True):
         kind = spec.type.upper()
@@ -467,26 +510,13 @@ def row_adapter(specs: Sequence[ColumnSpec], targets: Sequence[SqlType], dialect
             passes.append(_ANY)
         else:
             passes.append(_STR_NO_NUL if policy is not None and policy.checks_nul else _STR)
-    columns = list(zip(passes, specs, targets, strict=True))
-    # Where every column passes an int or a str as it is, a row of only those (no NULL)
-    # is recognised by its types alone: one comparison, no loop over the values (and a
-    # look for U+0000 in the strings that must not hold it).
-    plain = tuple(int if p == _INT else str for p in passes) \
-        if all(p in (_INT, _STR, _STR_NO_NUL) for p in passes) else None
-    no_nul = [i for i, p in enumerate(passes) if p == _STR_NO_NUL]
+    return passes
 
-    def adapted(row: Sequence[ThlValue]) -> list[object]:
-        if plain is not None and tuple(map(type, row)) == plain and (not no_nul or not any(
-                "\x00" in row[i] for i in no_nul)):  # type: ignore[operator]
-            return list(row)
-        out: list[object] = []
-        for raw, (passing, spec, target) in zip(row, columns, strict=True):
-            if raw is None or (type(raw) is int and passing == _INT) or (isinstance(raw, str) and (
-                    passing == _STR or (passing == _STR_NO_NUL and "\x00" not in raw))):
-                out.append(raw)
-            elif type(raw) is str and passing >= _DECIMAL:
-                out.append(_parsed(raw, passing, spec, target, dialect, policy))
-            else:
-                out.append(adapt_value(raw, spec, target, dialect, policy))
-        return out
-    return adapted
+
+def _plain(passes: list[int]) -> tuple[type, ...] | None:
+    """Where every column passes an int or a str as it is, the types of a row of only those
+    (no NULL), recognised by its types alone: one comparison, no loop over the values (and
+    a look for U+0000 in the strings that must not hold it)."""
+    if all(p in (_INT, _STR, _STR_NO_NUL) for p in passes):
+        return tuple(int if p == _INT else str for p in passes)
+    return None

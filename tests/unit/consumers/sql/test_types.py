@@ -4,6 +4,7 @@ losing nothing, or changed by the target's value policy and counted."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from consumers.sql.types import (
     column_type,
     policy_for,
     row_adapter,
+    rows_adapter,
     type_map_markdown,
 )
 from thl_topics.event import ColumnSpec, ThlValue
@@ -280,3 +282,38 @@ def test_row_adapter_looks_for_nul_in_the_strings_of_a_plain_row() -> None:
         else:
             with pytest.raises(ValueRefused):
                 adapted([1, "a\x00b"])
+
+
+@pytest.mark.parametrize(("dialect", "nul"), [("postgresql", "strip"), ("postgresql", "error"),
+                                              ("mariadb", "strip")])
+def test_rows_adapter_gives_what_row_adapter_gives_row_by_row(dialect: str, nul: str) -> None:
+    """The compiled check of plain rows: the same values of the same types as the
+    adapter's, each row a new list; a row it does not pass (NULL, bool, a str of an int
+    column, U+0000 where the target refuses it, a tuple, another width) is the adapter's,
+    errors included."""
+    policy = policy_for(dialect, "null", "strip" if nul == "strip" else "error")
+    specs = [_spec("i", "INT"), TEXT, _spec("big", "BIGINT", unsigned=True)]
+    targets: list[Any] = [sa.Integer(), sa.Text(), sa.Numeric(20)]
+    one = row_adapter(specs, targets, dialect, policy)
+    every = rows_adapter(specs, targets, dialect, policy)
+    rows: list[Sequence[ThlValue]] = [
+        [1, "a", 2], [None, "b", 3], [True, "c", 4], ["17", "d", 5], (6, "g", 8),
+        [2**70, "e", 2**64 - 1], [9, "f", "18446744073709551615"], [1, "", 0]]
+    if nul == "strip":
+        rows.append([3, "a\x00b", 4])
+    got = every(rows)
+    assert got == [one(row) for row in rows]
+    assert [[type(v) for v in r] for r in got] == [[type(v) for v in one(r)] for r in rows]
+    assert not any(a is b for a, b in zip(got, rows, strict=True))
+    with pytest.raises(ValueError, match="zip"):
+        every([[1, "a", 2], [1, "a"]])
+    if nul == "error":
+        with pytest.raises(ValueRefused):
+            every([[1, "a", 2], [1, "a\x00b", 2]])
+    # A layout whose rows never pass by their types alone: the adapter's, row by row.
+    layout = [s for s, *_ in _LAYOUT]
+    kinds = [pg if dialect != "mariadb" else my for _, pg, my, _ in _LAYOUT]
+    full = [[values[r % len(values)] for *_, values in _LAYOUT] for r in range(6)]
+    lenient = policy_for(dialect, "null", "strip")  # the layout holds U+0000 and zero dates
+    assert rows_adapter(layout, kinds, dialect, lenient)(full) == \
+        [row_adapter(layout, kinds, dialect, lenient)(r) for r in full]
