@@ -77,6 +77,7 @@ class ParallelStream:
                 self._between_seqnos()
             rec = reader.poll(0.2)
             if rec is None:
+                self.session.feed.flush_offset()  # held back by ThlFeed.commit
                 if control.stale:
                     control.publish(force=False)
                 if control.skips_done:

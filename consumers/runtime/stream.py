@@ -58,6 +58,7 @@ class SingleStream(BlockLoop):
                             not skip and self.group.prep.isolates(event)))
 
     def quiet(self) -> None:
+        self.session.feed.flush_offset()  # the last block's, held back (``ThlFeed.commit``)
         control = self.group.control
         if control.stale:
             control.publish(force=False)  # idle: let the last commit show

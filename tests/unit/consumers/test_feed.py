@@ -1,8 +1,16 @@
-"""The feed's same-log rule: a run id changes only where an epoch starts."""
+"""The feed's same-log rule (a run id changes only where an epoch starts) and its held-back
+offset commits."""
 
 from __future__ import annotations
 
-from consumers.feed import another_log
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from consumers import feed as feed_module
+from consumers.feed import OFFSET_COMMIT_S, ThlFeed, another_log
 from thl_topics.event import ThlEvent
 from thl_topics.reader import ThlRecord
 
@@ -35,3 +43,38 @@ def test_another_run_in_the_middle_of_a_seqno_is_another_log() -> None:
     # An epoch starts at a seqno's first fragment, never at a later one.
     assert another_log(record(5, 5, "a"), record(5, 5, "b", fragno=1)) is not None
     assert another_log(record(4, 0, "a"), record(5, 3, "b")) is not None
+
+
+class _Consumer:
+    def __init__(self) -> None:
+        self.sent: list[int] = []
+
+    def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> None:
+        assert asynchronous
+        self.sent.extend(tp.offset for tp in offsets)
+
+
+def test_offsets_are_committed_at_most_once_a_second_and_the_last_when_quiet(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks in quick succession: the first offset goes at once, the ones within
+    ``OFFSET_COMMIT_S`` after it are held back (only the latest is kept) and go with the next
+    one due, or when the group is quiet or closes."""
+    now = [100.0]
+    monkeypatch.setattr(feed_module, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    feed: Any = ThlFeed.__new__(ThlFeed)
+    feed.topic, feed.group_id = "thl", "g"
+    feed._offset, feed._offset_sent = None, float("-inf")
+    feed._consumer = consumer = _Consumer()
+    feed.commit(10)
+    assert consumer.sent == [10]
+    now[0] += OFFSET_COMMIT_S / 4
+    feed.commit(20)
+    feed.commit(30)
+    assert consumer.sent == [10]
+    now[0] += OFFSET_COMMIT_S
+    feed.commit(40)
+    assert consumer.sent == [10, 40]
+    feed.commit(50)
+    feed.flush_offset()
+    feed.flush_offset()  # nothing held back any more
+    assert consumer.sent == [10, 40, 50]

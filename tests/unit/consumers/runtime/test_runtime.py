@@ -78,6 +78,9 @@ class MemoryFeed:
     def commit(self, next_offset: int) -> None:
         self.committed.append(next_offset)
 
+    def flush_offset(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
