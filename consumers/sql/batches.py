@@ -29,7 +29,6 @@ still is.
 
 from __future__ import annotations
 
-import operator
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -46,7 +45,7 @@ from consumers.sql.collapse import (
     KeyOf,
     NotCollapsed,
     TableChanges,
-    key_of,
+    picker,
 )
 from consumers.sql.context import TargetContext
 from consumers.sql.positions import SqlTracking
@@ -55,8 +54,6 @@ from consumers.sql.render import (
     Template,
     client_cursor,
     literals,
-    mysql_literal,
-    postgresql_literal,
     read_first_answer,
     send_query,
 )
@@ -232,7 +229,7 @@ def _key_of(key: tuple[str, ...], specs: list[ColumnSpec]) -> KeyOf | None:
     index = {c.name: i for i, c in enumerate(specs)}
     if not all(k in index for k in key):
         return None
-    return key_of([index[k] for k in key])
+    return picker([index[k] for k in key])
 
 
 class BatchWriter:
@@ -394,7 +391,7 @@ class BatchWriter:
         try:
             last = LastCopy(Queued(sql, len(rows), RowAction.INSERT, held.target, kind="copy",
                                    collapsed=True),
-                            copy_data(cursor, list(map(_picker(names), rows))))
+                            copy_data(cursor, list(map(picker(names), rows))))
         except self._driver_errors as exc:
             raise self._target_error(exc, sql, f"copy into {held.target.qualified}",
                                      collapsed=True) from exc
@@ -525,8 +522,7 @@ class BatchWriter:
         """
         cursor = client_cursor(self.ctx.local, self.ctx.dialect)
         try:
-            literal = (postgresql_literal(cursor) if self.ctx.dialect == "postgresql"
-                       else mysql_literal(cursor))
+            literal, _ = literals(cursor, self.ctx.dialect)
             rendering = self._rendering(batch)
             row = rendering.row
             if rendering.around is None:
@@ -701,14 +697,6 @@ class BatchWriter:
         self.collapsed = {}
         self.collapsed_rows = 0
         self.queued, self.queued_bytes = [], 0
-
-
-def _picker(names: tuple[int, ...]) -> Callable[[Image], tuple[object, ...]]:
-    """An image's values at ``names``, in order, as a tuple (one C call a row)."""
-    if len(names) == 1:
-        name = names[0]
-        return lambda row: (row[name],)
-    return operator.itemgetter(*names)
 
 
 def _joined(rows: Iterable[str]) -> Iterator[str]:

@@ -51,9 +51,9 @@ class Net:
     image: Image | None
 
 
-def key_of(index: Sequence[int]) -> KeyOf:
-    """The key of an image whose key columns are at ``index``, in key order (one C call,
-    or one index, a row)."""
+def picker(index: Sequence[int]) -> KeyOf:
+    """An image's values at ``index``, in that order, as a tuple (one C call, or one index,
+    a row): its key, or the columns a statement takes."""
     if len(index) == 1:
         at = index[0]
         return lambda image: (image[at],)

@@ -93,9 +93,6 @@ class Template:
         if special is not None:
             return _render_images(self.pieces, rows, self.names, special, literal)
         form, names = self.form, self.names
-        if rows and names == tuple(range(len(rows[0]))):
-            # Every value in order (no generated column left out): no index per value.
-            return [form % tuple(map(literal, row)) for row in rows]
         return [form % tuple([literal(row[at]) for at in names]) for row in rows]
 
 

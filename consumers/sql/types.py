@@ -453,10 +453,29 @@ def row_adapter(specs: Sequence[ColumnSpec], targets: Sequence[SqlType], dialect
     come out as they went in, which is what ``adapt_row`` makes of them; every other value
     goes ``adapt_row``'s way.
     """
+    return _adapter(specs, targets, dialect, policy)[0]
+
+
+def rows_adapter(specs: Sequence[ColumnSpec], targets: Sequence[SqlType], dialect: str,
+                 policy: ValuePolicy | None = None) -> RowsAdapter:
+    """``row_adapter`` of every row of a row change: the rows it passes as they are (only
+    plain values of their columns' types) are recognised by compiled code
+    (``_adapt_rows``), the others are its."""
+    one, plain, no_nul = _adapter(specs, targets, dialect, policy)
+    if plain is None:
+        return lambda rows: [one(row) for row in rows]
+    return functools.partial(adapt_rows, plain, no_nul, one)
+
+
+def _adapter(specs: Sequence[ColumnSpec], targets: Sequence[SqlType], dialect: str,
+             policy: ValuePolicy | None
+             ) -> tuple[RowAdapter, tuple[type, ...] | None, tuple[int, ...]]:
+    """``row_adapter``'s function, the types of a row it passes by its types alone (None:
+    no row does), and the columns whose strings must also hold no U+0000 to pass."""
     passes = _passes(specs, targets, dialect, policy)
     columns = list(zip(passes, specs, targets, strict=True))
     plain = _plain(passes)
-    no_nul = [i for i, p in enumerate(passes) if p == _STR_NO_NUL]
+    no_nul = tuple(i for i, p in enumerate(passes) if p == _STR_NO_NUL)
 
     def adapted(row: Sequence[ThlValue]) -> list[object]:
         if plain is not None and tuple(map(type, row)) == plain and (not no_nul or not any(
@@ -472,21 +491,7 @@ def row_adapter(specs: Sequence[ColumnSpec], targets: Sequence[SqlType], dialect
             else:
                 out.append(adapt_value(raw, spec, target, dialect, policy))
         return out
-    return adapted
-
-
-def rows_adapter(specs: Sequence[ColumnSpec], targets: Sequence[SqlType], dialect: str,
-                 policy: ValuePolicy | None = None) -> RowsAdapter:
-    """``row_adapter`` of every row of a row change: the rows it passes as they are (only
-    plain values of their columns' types) are recognised by compiled code
-    (``_adapt_rows``), the others are its."""
-    one = row_adapter(specs, targets, dialect, policy)
-    passes = _passes(specs, targets, dialect, policy)
-    plain = _plain(passes)
-    if plain is None:
-        return lambda rows: [one(row) for row in rows]
-    return functools.partial(adapt_rows, plain,
-                             tuple(i for i, p in enumerate(passes) if p == _STR_NO_NUL), one)
+    return adapted, plain, no_nul
 
 
 def _passes(specs: Sequence[ColumnSpec], targets: Sequence[SqlType], dialect: str,

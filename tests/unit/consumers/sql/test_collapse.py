@@ -12,11 +12,11 @@ from consumers.sql.collapse import (
     NotCollapsed,
     TableChanges,
     Unexplained,
-    key_of,
+    picker,
 )
 
 #: Images of (key, value): the key first.
-KEY = key_of([0])
+KEY = picker([0])
 
 
 class Change:
@@ -87,7 +87,7 @@ def test_an_unhashable_key_value_is_not_collapsed() -> None:
 def test_composite_keys_are_matched_by_every_column_in_key_order() -> None:
     """Images of (b, a, value) with the key (a, b); before images of (a, b) alone."""
     t = TableChanges()
-    after, before = key_of([1, 0]), key_of([0, 1])
+    after, before = picker([1, 0]), picker([0, 1])
     t.insert(["b", 1, "x"], after)
     t.update(["b", 1, "y"], [1, "b"], before, after)
     t.delete([1, "c"], before)
