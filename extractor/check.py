@@ -66,6 +66,12 @@ class Checker(SnapshotJob[CheckRequest, Held]):
         self._queue = [(s, t) for s, t in wanted if s != self.service.tracking_schema
                        and s not in ("mysql", "information_schema", "performance_schema", "sys")
                        and self.filters.keeps(s, t)]
+        if not self._queue:
+            # Said, not "done" with nothing in it: a check that compared nothing is no proof.
+            asked = ", ".join(f"{s}.{t}" for s, t in wanted) or "every table"
+            self.fail(f"no replicated table to check: the service's filters (and the tracking "
+                      f"and system schemas) leave none of {asked}")
+            return
         req.resolved = [list(t) for t in self._queue]
         req.state, req.ranges, req.rows_done = "running", {}, 0
         req.message = f"{len(self._queue)} table(s), {req.limit} rows per range"

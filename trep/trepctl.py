@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 import sqlalchemy as sa
@@ -79,7 +79,7 @@ class Ctx:
             self._zk.close()
 
 
-def _fail(message: str, code: int = 1) -> None:
+def _fail(message: str, code: int = 1) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
 
@@ -384,9 +384,10 @@ def check(ctx: Ctx, tables: tuple[str, ...], limit: int, show: bool, no_wait: bo
         return
     deadline = time.monotonic() + timeout
     while True:
-        report = _check_report(ctx)
-        req = read_request(ctx.zk, ctx.cfg, CheckRequest)
-        if req is None or req.id != request.id:
+        # One read of the request for both the report and the decision: a report made from
+        # an earlier read (not yet resolved: no tables) and a later "done" printed nothing.
+        req, report = _check_report(ctx)
+        if req.id != request.id:
             _fail(f"check {request.id} was replaced")
             return
         if req.state == "failed":
@@ -403,12 +404,13 @@ def check(ctx: Ctx, tables: tuple[str, ...], limit: int, show: bool, no_wait: bo
         sys.exit(3)
 
 
-def _check_report(ctx: Ctx) -> Report:
-    """Per group and table: equal, different (with the key ranges), pending or unsupported."""
+def _check_report(ctx: Ctx) -> tuple[CheckRequest, Report]:
+    """The latest request and, per group and table: equal, different (with the key ranges),
+    pending or unsupported."""
     req, report = check_report(ctx.zk, ctx.cfg, ctx.groups(None), ctx.nodes)
     if req is None:
         _fail("no check was ever requested")
-    return report
+    return req, report
 
 
 def _print_check(report: Report) -> None:
@@ -427,7 +429,7 @@ def _print_check(report: Report) -> None:
 
 
 def _check_status(ctx: Ctx, as_json: bool) -> None:
-    report = _check_report(ctx)
+    _, report = _check_report(ctx)
     if as_json:
         click.echo(json.dumps(report, indent=2, sort_keys=True))
     else:

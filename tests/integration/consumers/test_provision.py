@@ -208,6 +208,12 @@ def test_a_table_the_source_lacks_fails_the_request_not_the_extractor(
     assert asked.returncode != 0
     assert f"{s}.missing: no such table" in asked.stderr + asked.stdout
     assert _state(rep) == "failed"
+    # A check that would compare nothing (a table outside the replicated ones) is refused too.
+    checked = run_trep("trep.trepctl", rep.config_path, "check", "mysql.db", "-timeout", "60",
+                       timeout=120, env=bare_env())
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "no replicated table to check" in checked.stderr, checked.stdout + checked.stderr
+    assert "mysql.db" in checked.stderr
     # The extractor goes on streaming, and took nothing of the failed request into the THL.
     rep.src(f"INSERT INTO {s}.accounts (id, name) VALUES (1, 'after')")
     rep.wait_source_applied()
