@@ -41,6 +41,7 @@ import platform
 import shutil
 import statistics
 import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,11 +51,12 @@ from typing import Any
 import click
 import options
 import yaml
-from compare_apply import Replica, apply_groups, run_apply, run_native
+from compare_apply import Replica, apply_groups, drop_targets, run_apply, run_native
 from compare_extract import DEBEZIUM_VERSION, debezium_jars, run_debezium, run_ours
 from compare_latency import Latency, latency_sweep, pipeline_latency
 from compare_workload import RUN, SOURCE, Workload, write_workload
 from results import RESULTS, write_result
+from service import remove_service
 
 from stack import settings
 from stack.services.mariadb import bench_source
@@ -153,6 +155,18 @@ def apply_service(schema: str, extraction: list[Run]) -> tuple[ServiceConfig, Pa
     with ThlReader(cfg.kafka.client(), cfg.thl_topic) as thl:
         tail_rec = thl.tail()
     return cfg, path, tail_rec.seqno if tail_rec else -1
+
+
+def remove_services(extraction: list[Run]) -> None:
+    """Every extraction run's service (THL topic, consumer groups, znodes, configuration):
+    a run of 20,000 transactions leaves 20,000 records per run in the stack's Kafka."""
+    for run in extraction:
+        path = RUN / f"{run['service']}.yml" if "service" in run else None
+        if path is not None and path.exists():
+            try:
+                remove_service(load_config(path), path)
+            except Exception as exc:  # the figures matter more than the clean-up
+                print(f"cleanup: {run['service']}: {exc}", file=sys.stderr)
 
 
 def apply_runs(cfg: ServiceConfig, path: Path, work: Workload, tail: int,
@@ -282,8 +296,14 @@ def _compare(s: Settings) -> None:
     print(f"  {work.rows} row changes in {work.write_seconds} s, binlog {work.start} .. "
           f"{work.end}", flush=True)
     extraction = extraction_runs(work, jars, s.runs, s.timeout)
-    cfg, path, tail = apply_service(work.schema, extraction)
-    apply = apply_runs(cfg, path, work, tail, replica, s.runs, s.timeout)
+    try:
+        cfg, path, tail = apply_service(work.schema, extraction)
+        try:
+            apply = apply_runs(cfg, path, work, tail, replica, s.runs, s.timeout)
+        finally:
+            drop_targets(cfg, work.schema)
+    finally:
+        remove_services(extraction)
     summary = medians(extraction, apply)
     ratios = compare_ratios(summary)
     # Latency at half of the pipeline's maximum: the slower of extraction and MariaDB apply.

@@ -153,6 +153,23 @@ def reset_target(cfg: ServiceConfig, group: str, schema: str) -> sa.Engine:
     return engine
 
 
+def drop_targets(cfg: ServiceConfig, schema: str) -> None:
+    """The workload's schema and the service's tracking schema on every group's target,
+    once the runs are over."""
+    urls = {cfg.consumers[g].target.engine_url()  # type: ignore[union-attr]
+            for g in cfg.consumers}
+    for url in urls:
+        engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+        try:
+            with engine.begin() as conn:
+                for name in (schema, cfg.tracking_schema):
+                    conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'
+                                         if engine.dialect.name == "postgresql"
+                                         else f"DROP DATABASE IF EXISTS {name}"))
+        finally:
+            engine.dispose()
+
+
 def target_pid(group: str) -> int | None:
     if group.startswith("mariadb"):
         return server_pid(MariaDB("mariadb-target", 2, False))

@@ -18,6 +18,7 @@ from typing import Any
 
 from compare_workload import RUN, SOURCE, Workload, query, service_config
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from processes import cpu_seconds, peak_rss_kib, spawn, stop
 from service import seed_start
 
@@ -140,6 +141,19 @@ def topic_records(consumer: Consumer, topic: str) -> int:
     return int(high - low) if high >= 0 else 0
 
 
+def delete_topics(kafka: str, prefix: str) -> None:
+    """The topics a Debezium run made (``<prefix>.<schema>.<table>``, ``<prefix>``)."""
+    admin = AdminClient({"bootstrap.servers": kafka})
+    names = [t for t in admin.list_topics(timeout=10).topics
+             if t == prefix or t.startswith(f"{prefix}.")]
+    for name, future in (admin.delete_topics(names, operation_timeout=30).items()
+                         if names else []):
+        try:
+            future.result(30)
+        except Exception as exc:
+            print(f"cleanup: {name}: {exc}", file=sys.stderr)
+
+
 def connect_files(d: Path, prefix: str, work: Workload, kafka: str, schemas: bool) -> None:
     """Kafka Connect's worker, connector and log settings for one run, PERF.md's."""
     flag = "true" if schemas else "false"
@@ -199,6 +213,7 @@ def run_debezium(work: Workload, jars: Path, schemas: bool, timeout: float) -> d
     finally:
         stop(proc)
         consumer.close()
+        delete_topics(kafka, prefix)
     return {"reader": f"debezium-{DEBEZIUM_VERSION}-schemas-{'on' if schemas else 'off'}",
             **figures(work, samples, expected, expected, cpu, peak),
             "kafka_records": samples[-1][1]}

@@ -15,7 +15,7 @@ from typing import Any
 
 import pymysql
 import sqlalchemy as sa
-from compare_apply import applied, apply_groups
+from compare_apply import applied, apply_groups, drop_targets
 from compare_workload import (
     RUN,
     SOURCE,
@@ -27,7 +27,7 @@ from compare_workload import (
     service_config,
 )
 from processes import spawn, stop
-from service import connect_mysql, seed_start
+from service import connect_mysql, remove_service, seed_start
 
 from stack import settings
 from stack.settings import HOST
@@ -51,7 +51,7 @@ class Live:
     def __init__(self, prefix: str, timeout: float) -> None:
         self.name = f"{prefix}{uuid.uuid4().hex[:6]}"
         self.schema = f"lat_{self.name}"
-        path = service_config(self.name, self.schema, {"consumers": {
+        path = self.path = service_config(self.name, self.schema, {"consumers": {
             "mariadb": apply_groups(self.schema)["consumers"]["mariadb"]}})
         self.cfg = load_config(path)
         self.src = settings.port(SOURCE)
@@ -100,6 +100,8 @@ class Live:
     def close(self) -> None:
         stop(self.proc)
         self.target.dispose()
+        drop_targets(self.cfg, self.schema)
+        remove_service(self.cfg, self.path)
 
 
 def run_latency(rate_rows: float, seconds: float, heartbeat_ms: int,

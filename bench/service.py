@@ -115,8 +115,9 @@ def remove_service(cfg: ServiceConfig, config: Path) -> None:
     """
     admin = AdminClient(cfg.kafka.client())
     groups = [cfg.group_id(name) for name in cfg.consumers]
-    futures = {**admin.delete_topics([cfg.thl_topic], operation_timeout=30),
-               **admin.delete_consumer_groups(groups, request_timeout=30)}
+    futures = admin.delete_topics([cfg.thl_topic], operation_timeout=30)
+    if groups:  # the admin client refuses an empty list
+        futures.update(admin.delete_consumer_groups(groups, request_timeout=30))
     for name, future in futures.items():
         try:
             future.result(30)
