@@ -699,6 +699,18 @@ def test_rows_larger_than_a_kafka_record(conformance: Conformance) -> None:
     limit = svc.kind.max_row_bytes
     if limit is None:
         svc.wait_source_applied()
+        # Replaced in a later block (an UPDATE, not collapsed into the INSERT): 18 MiB with
+        # a quote, a backslash and a newline to escape every 9 bytes.
+        conn = pymysql.connect(host="127.0.0.1", port=svc.source.port, user="root",
+                               password="", charset="utf8mb4", autocommit=True,
+                               max_allowed_packet=256 * mib)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"UPDATE {svc.schema}.blobs SET t = %s WHERE id = 2",
+                            ("é'\\\n字 " * (2 * mib),))
+        finally:
+            conn.close()
+        svc.wait_source_applied()
         assert svc.compare(BLOBS, ITEMS) == {"blobs": 2, "items": 3}
         return
     status = svc.wait_state("OFFLINE:ERROR", 300)

@@ -13,7 +13,13 @@ from typing import Any
 
 import psycopg
 
-from consumers.sql.render import mysql_literal, postgresql_literal
+from consumers.sql.render import (
+    Template,
+    mysql_literal,
+    mysql_literal_parts,
+    postgresql_literal,
+    render_bytes,
+)
 from stack.services.mariadb import MariaDB
 from stack.services.postgresql import PostgreSQL
 
@@ -118,3 +124,26 @@ def test_the_driver_made_literals_equal_pymysqls_mogrify_in_both_quoting_modes(
                 continue  # PyMySQL has no encoder for it (neither has the applier)
             assert _outcome(literal, value) == \
                 _outcome(_mogrify(cur), value), (mode, value)
+
+
+def test_statements_written_as_bytes_read_back_as_the_values_in_both_quoting_modes(
+        mariadb_target: MariaDB) -> None:
+    """The form of a row holding a value of many MiB (``render_bytes``): every byte value,
+    and text with each character either quoting mode escapes, come back as they went."""
+    texts = [value for value in TRICKY if isinstance(value, str)]
+    blobs = [bytes(range(256)) * 4, b"\\'\x00\"\x1a\n\r\xff" * 1000, b""]
+    schema = f"render_{uuid.uuid4().hex[:8]}"
+    template = Template(f"INSERT INTO {schema}.big_values VALUES (%s, %s)", ["a", "b"])
+    for mode, cur in _in_both_quoting_modes(mariadb_target):
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS {schema}")
+        cur.execute(f"CREATE TEMPORARY TABLE {schema}.big_values (a LONGTEXT, b LONGBLOB) "
+                    "CHARSET utf8mb4")
+        parts = mysql_literal_parts(cur)
+        encoding = cur.connection.encoding
+        for text, blob in zip(texts, blobs * len(texts), strict=False):
+            cur.execute(render_bytes(template, {"a": text, "b": blob}, parts, encoding))
+            cur.execute(f"SELECT a, b FROM {schema}.big_values")
+            assert cur.fetchall() == ((text, blob),), (mode, text, blob[:20])
+            cur.execute(f"DELETE FROM {schema}.big_values")
+        cur.execute(f"DROP TEMPORARY TABLE {schema}.big_values")
+        cur.execute(f"DROP DATABASE {schema}")

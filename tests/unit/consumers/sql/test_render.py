@@ -226,3 +226,39 @@ def test_pymysql_literals_equal_its_mogrify_for_the_types_it_encodes_directly() 
     cursor = conn.cursor()
     for value in values:
         assert literal(value) == cursor.mogrify("%s", (value,)), value
+
+
+@pytest.mark.parametrize("binary_prefix", [False, True])
+@pytest.mark.parametrize("no_backslash", [False, True])
+def test_statements_as_bytes_equal_their_text_encoded(
+        no_backslash: bool, binary_prefix: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``render_bytes`` with ``mysql_literal_parts`` (values of many MiB) writes exactly the
+    bytes of the text path (``mysql_literal``, PyMySQL's own escaping of strings and bytes)
+    encoded as PyMySQL encodes a query: every byte value, every special character, strings
+    of 1- to 4-byte characters, and the other types the driver writes."""
+    monkeypatch.setattr(render, "_pymysql_literal", PYMYSQL_LITERAL)  # the real driver's
+    conn = pymysql.connect(defer_connect=True, charset="utf8mb4", binary_prefix=binary_prefix)
+    # What the server's answers set on a connected one (a deferred connection has none).
+    conn.server_status = (  # type: ignore[attr-defined]
+        pymysql.constants.SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES if no_backslash
+        else 0)
+    cursor = conn.cursor()
+    literal, parts = mysql_literal(cursor), render.mysql_literal_parts(cursor)
+    template = Template("UPDATE `t` SET `b`=%s, `n`=%s WHERE `id` = %s AND 100%% = 100",
+                        ["b", "n", "id"])
+    rng = random.Random(7)
+    alphabet = ["a", " ", "é", "字", "\U0001f600", "%", *"'\\\"\n\r\x00\x1a"]
+    values: list[object] = [
+        b"", bytes(range(256)), bytes(range(256)) * 3, "", "plain",
+        *["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 60))) for _ in range(300)],
+        *[rng.randbytes(rng.randint(1, 300)) for _ in range(300)],
+        bytearray(b"a'\\\x00"), None, 7, Decimal("1.50"), dt.datetime(2024, 1, 2, 3, 4, 5)]
+    for value in values:
+        params = {"b": value, "n": "it's", "id": -3}
+        expected = template.render(params, literal).encode(conn.encoding, "surrogateescape")
+        assert render.render_bytes(template, params, parts, conn.encoding) == expected, value
+    around = ("INSERT INTO `t` (`b`) VALUES ", " ON DUPLICATE KEY UPDATE `b` = VALUES(`b`)")
+    row = Template("(%s)", ["b"])
+    assert render.render_bytes(row, {"b": b"x'"}, parts, conn.encoding, around) == (
+        around[0] + row.render({"b": b"x'"}, literal) + around[1]).encode(conn.encoding,
+                                                                          "surrogateescape")
