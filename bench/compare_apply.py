@@ -146,11 +146,14 @@ def reset_target(cfg: ServiceConfig, group: str, schema: str) -> sa.Engine:
     with engine.begin() as conn:
         tracking.create(conn)
         conn.execute(sa.delete(tracking.table))
-        if group == "postgresql":
-            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        else:
-            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {schema}"))
+        _drop_schema(conn, schema)
     return engine
+
+
+def _drop_schema(conn: sa.Connection, name: str) -> None:
+    conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'
+                         if conn.dialect.name == "postgresql"
+                         else f"DROP DATABASE IF EXISTS {name}"))
 
 
 def drop_targets(cfg: ServiceConfig, schema: str) -> None:
@@ -163,9 +166,7 @@ def drop_targets(cfg: ServiceConfig, schema: str) -> None:
         try:
             with engine.begin() as conn:
                 for name in (schema, cfg.tracking_schema):
-                    conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'
-                                         if engine.dialect.name == "postgresql"
-                                         else f"DROP DATABASE IF EXISTS {name}"))
+                    _drop_schema(conn, name)
         finally:
             engine.dispose()
 

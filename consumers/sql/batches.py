@@ -485,10 +485,8 @@ class BatchWriter:
                                     ) from exc
         if check and batch.action is not RowAction.INSERT and result.rowcount not in (-1, len(
                 batch.params)):
-            raise DataError(
-                f"{batch.action.value} of {batch.target.qualified} on {self.ctx.target} matched "
-                f"{result.rowcount} of {len(batch.params)} row(s): the target has diverged "
-                "from the source")
+            raise self._diverged(f"{batch.action.value} of {batch.target.qualified}",
+                                 result.rowcount, len(batch.params))
 
     def _execute_bytes(self, batch: Batch, check: bool) -> None:
         """A batch holding a value of many MiB on MySQL/MariaDB: one statement per row,
@@ -509,13 +507,11 @@ class BatchWriter:
                 except pymysql.MySQLError as exc:
                     raise self._target_error(exc, around[0] + rendering.row.pieces[0], doing,
                                              False) from exc
-                del sql
+                del sql  # not alive while the next row's statement is written
                 if check and batch.action is not RowAction.INSERT and \
                         cursor.rowcount not in (-1, 1):
-                    raise DataError(
-                        f"{batch.action.value} of {batch.target.qualified} on "
-                        f"{self.ctx.target} matched {cursor.rowcount} of 1 row(s): the target "
-                        "has diverged from the source")
+                    raise self._diverged(f"{batch.action.value} of {batch.target.qualified}",
+                                         cursor.rowcount, 1)
         finally:
             cursor.close()
 
@@ -685,9 +681,12 @@ class BatchWriter:
             if at.collapsed:
                 raise self._refused(f"{at.doing('of')} matched {count} of {at.rows} row(s)",
                                     sent.seqno)
-            raise DataError(
-                f"{at.doing('of')} on {self.ctx.target} matched {count} of {at.rows} row(s): the "
-                "target has diverged from the source")
+            raise self._diverged(at.doing("of"), count, at.rows)
+
+    def _diverged(self, doing: str, matched: int, rows: int) -> DataError:
+        """An UPDATE or DELETE that matched another number of rows than it addressed."""
+        return DataError(f"{doing} on {self.ctx.target} matched {matched} of {rows} row(s): "
+                         "the target has diverged from the source")
 
     def _fail(self, sent: InFlight, exc: DriverError,
               at: Queued | None = None) -> NoReturn:
