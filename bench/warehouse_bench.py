@@ -14,6 +14,7 @@ JSON lands in ``bench/results/warehouse.json``; the console shows a summary.
 
 from __future__ import annotations
 
+import resource
 import shutil
 import time
 import uuid
@@ -27,6 +28,7 @@ from results import RESULTS, write_result
 from service import write_config
 
 from consumers.warehouse import session as spark_sessions
+from consumers.warehouse.applier import DEFAULT_BLOCK
 from consumers.warehouse.config import SparkSettings, WarehouseTarget
 from consumers.warehouse.merge import DeltaWriter
 from consumers.warehouse.staging import BatchStager, StagingArea
@@ -242,7 +244,9 @@ def e2e_bench(sizes: Sizes, base: Path, collapse: bool) -> dict[str, Any]:
     kafka.admin().delete_topics([cfg.thl_topic])
     return {"row_changes": len(rows), "events": len(events),
             "block_rows": sizes.e2e_block_rows, "wall_s": round(wall, 2),
-            "rows_per_s": round(len(rows) / wall)}
+            "rows_per_s": round(len(rows) / wall),
+            # The group's Python side (staging holds a block's lines), the bench's included.
+            "python_max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10}
 
 
 @options.command(__doc__)
@@ -250,7 +254,7 @@ def e2e_bench(sizes: Sizes, base: Path, collapse: bool) -> dict[str, Any]:
 @click.option("--batch-rows", type=int, default=100_000)
 @click.option("--batches", type=int, default=3)
 @click.option("--e2e-rows", type=int, default=200_000)
-@click.option("--e2e-block-rows", type=int, default=100_000)
+@click.option("--e2e-block-rows", type=int, default=DEFAULT_BLOCK.rows)
 @options.txn_rows(100, help=None)
 @click.option("--skip-e2e", is_flag=True)
 @click.option("--collapse/--no-collapse", default=True,
@@ -271,7 +275,8 @@ def main(base_rows: int, batch_rows: int, batches: int, e2e_rows: int, e2e_block
         out["end_to_end"] = e2e_bench(sizes, base, collapse)
         e2e = out["end_to_end"]
         print(f"end to end: {e2e['row_changes']:,} row changes THL -> Delta in "
-              f"{e2e['wall_s']} s ({e2e['rows_per_s']:,} rows/s)")
+              f"{e2e['wall_s']} s ({e2e['rows_per_s']:,} rows/s; Python at most "
+              f"{e2e['python_max_rss_mib']} MiB)")
     write_result(out, RESULTS / "warehouse.json", echo=False)
     shutil.rmtree(base, ignore_errors=True)
 

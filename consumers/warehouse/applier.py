@@ -1,6 +1,6 @@
 """The warehouse applier: Tungsten's batch apply on Spark and Delta Lake.
 
-A block (default: up to 100,000 rows or 30 s) is staged as CSV files, one per table and
+A block (default: up to 300,000 rows or 30 s) is staged as CSV files, one per table and
 column layout (``staging.py``, seeds/002), and materialized by Spark: typed per the THL column
 specs, collapsed to the last operation per key by (seqno, row), and MERGEd into one Delta
 table per source table (``merge.py``). Statements (DDL) are not replayed: new source columns
@@ -73,15 +73,15 @@ from consumers.warehouse import readback
 from consumers.warehouse import session as spark_sessions
 from consumers.warehouse.config import WarehouseTarget
 from consumers.warehouse.errors import classify
-from consumers.warehouse.merge import DeltaWriter
+from consumers.warehouse.merge import DeltaWriter, Plan
 from consumers.warehouse.positions import DeltaTracking
 from consumers.warehouse.restructure import Restructurer
 from consumers.warehouse.staging import BatchStager, Segment, StagingArea, StagingError
-from consumers.zero_dates import ZeroDateTally, count_zero_dates
+from consumers.zero_dates import ZeroDateTally
 from replicator import crashpoints
 from replicator.progress import CatchUp
 from thl_topics.errors import ThlError
-from thl_topics.event import ColumnSpec, RowChange, ThlEvent, ThlValue
+from thl_topics.event import ColumnSpec, ThlEvent, ThlValue
 from thl_topics.reader import ThlReader
 from thl_topics.schema_change import ChangeKind, SchemaChange
 
@@ -96,12 +96,12 @@ SPARK_DEATHS = 3
 #: Delta conflict is taken for one of those (they were interrupted; one may still commit).
 ORPHAN_WINDOW_S = 120.0
 
-#: 100,000 rows or 30 seconds, whichever comes first (or 256 MiB of THL). Tungsten's
-#: example is 10,000 rows, but every block pays about 3 s of Delta commits (each table's
-#: MERGE, the position) however few rows it holds: with 10,000-row blocks a backlog drains
-#: at about 3,500 rows/s on local[2], with 100,000-row blocks at about 15,000 (docs/thl.md).
-#: The row limit counts only under a backlog; at low load the 30 s do.
-DEFAULT_BLOCK = BlockLimits(events=1_000_000, rows=100_000, bytes=256 << 20, ms=30_000)
+#: 300,000 rows or 30 seconds, whichever comes first (or 256 MiB of THL). Tungsten's
+#: example is 10,000 rows, but every block pays seconds of Delta commits (each table's
+#: MERGE, the position) however few rows it holds: a backlog drains at about 3,500 rows/s
+#: on local[2] with 10,000-row blocks, 15,000 with 100,000-row blocks, 25,000 with 300,000
+#: (docs/thl.md). The row limit counts only under a backlog; at low load the 30 s do.
+DEFAULT_BLOCK = BlockLimits(events=1_000_000, rows=300_000, bytes=256 << 20, ms=30_000)
 
 
 class WarehouseApplier:
@@ -124,6 +124,7 @@ class WarehouseApplier:
         self._deaths = 0
         self._writer: DeltaWriter | None = None
         self._tracking: DeltaTracking | None = None
+        self._zeros = ZeroDateTally(self.target, ctx.metrics, log)
         self._stager = self._new_stager()
         self._written: list[Segment] = []
         self._beats: list[Heartbeat] = []
@@ -136,7 +137,6 @@ class WarehouseApplier:
         self._expected: int | None = None
         self._settings = ctx.service
         self._catch_up = CatchUp(f"warehouse {self.group}")
-        self._zeros = ZeroDateTally(self.target, ctx.metrics, log)
         #: Writes a block's position while the runtime stages the next block.
         self._positions: ThreadPoolExecutor | None = None
         #: The block whose position is being written (``commit_begin``).
@@ -145,7 +145,8 @@ class WarehouseApplier:
     def _new_stager(self) -> BatchStager:
         # Files an external loader or a reader of the kept history gets hold every operation.
         return BatchStager(self.cfg.separator, self.cfg.quote_all, self.cfg.zero_dates,
-                           collapse=self.cfg.mode == "merge" and not self.cfg.keep_staging)
+                           collapse=self.cfg.mode == "merge" and not self.cfg.keep_staging,
+                           zeros=self._zeros)
 
     @property
     def spark(self) -> SparkSession:
@@ -288,9 +289,6 @@ class WarehouseApplier:
             self._stager.add(event)
         except StagingError as exc:
             raise DataError(str(exc), seqno=event.seqno, event_id=event.event_id) from exc
-        for item in event.data:
-            if isinstance(item, RowChange):
-                count_zero_dates(self._zeros, f"{item.schema}.{item.table}", item)
         if event.last_frag and self._stager.rows >= self.cfg.staging_flush_rows:
             # On a seqno boundary only: a seqno's rows of one table stay in one file.
             self._write_staged()
@@ -337,7 +335,19 @@ class WarehouseApplier:
         compare-and-set to the applier's position thread: the runtime reads and stages the
         next block while Delta commits the position (about 1 s a block on ``local[2]``
         whatever the block holds). Every later Spark operation of this applier waits for
-        it first (``_settle``), so Delta still sees: tables, position, next tables."""
+        it first (``_settle``), so Delta still sees: tables, position, next tables. Reading
+        this block's staged rows back (typed and checkpointed, no Delta commit) does not
+        wait: it overlaps that position unless a TRUNCATE or a schema change of the block
+        must come before (``plan`` reads the schemas they change)."""
+        plans: list[Plan] | None = None
+        if self._pending is not None and self.cfg.mode != "stage-only" \
+                and not self._truncates and not self._changes:
+            try:
+                self._write_staged()
+                plans = self._read(self._written)
+            except Exception as exc:
+                self._settle()  # the block before commits (or fails) first
+                raise self._failed(exc, position) from exc
         self._settle()
         try:
             self._write_staged()
@@ -356,7 +366,7 @@ class WarehouseApplier:
             else:
                 self._empty_truncated(position)
                 self._restructure(position)
-                self._materialize(segments, position)
+                self._merge(self._read(segments) if plans is None else plans, position)
             if self._beats:
                 self.tracking.heartbeats(self._beats)
             crashpoints.reached("apply-before-position")
@@ -451,10 +461,11 @@ class WarehouseApplier:
                                      seqno) from exc
         self._changes = []
 
-    def _materialize(self, segments: list[Segment], position: Position) -> None:
+    def _read(self, segments: list[Segment]) -> list[Plan]:
+        """Plan the segments and read each back typed (a cast error surfaces here, before
+        any table of the block is written)."""
         writer = self.writer
         plans = writer.plan(segments, history=self.cfg.keyless == "history")
-        started = time.monotonic()
         for plan in plans:
             try:
                 writer.read(plan)
@@ -463,6 +474,11 @@ class WarehouseApplier:
                                             f"{plan.segment.qualified} (seqnos "
                                             f"{plan.segment.low}..{plan.segment.high})")
                 raise error from exc
+        return plans
+
+    def _merge(self, plans: list[Plan], position: Position) -> None:
+        writer = self.writer
+        started = time.monotonic()
         for i, plan in enumerate(plans):
             if i > 0:
                 crashpoints.reached("apply-between-tables")

@@ -9,7 +9,7 @@ consumers:
       spark:
         master: local[*]                        # or spark://host:7077, yarn, k8s://...
         conf: {spark.driver.memory: 2g}         # any spark.* setting
-    block_commit_rows: 100000                   # the applier's defaults: 100,000 rows / 30 s
+    block_commit_rows: 300000                   # the applier's defaults: 300,000 rows / 30 s
     block_commit_ms: 30000
 ```
 
@@ -125,8 +125,9 @@ class WarehouseTarget(BaseModel):
     #: Spark: where it runs and its settings.
     spark: SparkSettings = Field(default_factory=SparkSettings)
     #: Rows of a block after which the applier writes its staging files out and starts new
-    #: ones (bounds the replicator's memory on huge blocks).
-    staging_flush_rows: int = Field(200_000, gt=0)
+    #: ones (bounds the replicator's memory on huge blocks; each file is a MERGE of its own,
+    #: so the default is the default block's rows: one MERGE per table and block).
+    staging_flush_rows: int = Field(300_000, gt=0)
     #: Also record every applied seqno in ``trep_apply_audit`` (tests prove exactly once).
     audit_seqnos: bool = False
 

@@ -49,7 +49,7 @@ DEFAULTS = {
     # The MERGE source is already materialized (localCheckpoint, so cast errors surface
     # before any table is written): Delta need not materialize it a second time.
     "spark.databricks.delta.merge.materializeSource": "none",
-    # A block's source rows (up to 100,000 by default) are broadcast to the target scan
+    # A block's source rows (up to 300,000 by default) are broadcast to the target scan
     # instead of shuffling the whole target table.
     "spark.sql.autoBroadcastJoinThreshold": "64m",
 }

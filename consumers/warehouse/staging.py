@@ -30,7 +30,6 @@ Files left for an external loader, or kept as a change history, keep every opera
 from __future__ import annotations
 
 import os
-import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from urllib.parse import urlparse
 
 from consumers.provisioning import chunk_of
 from consumers.warehouse import storage
+from consumers.warehouse._stage_lines import stage_rows
 from consumers.warehouse.naming import path_safe
 from consumers.warehouse.types import (
     BINARY_TYPES,
@@ -53,6 +53,8 @@ from thl_topics.values import incomplete_date
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from consumers.zero_dates import ZeroDateTally
+
 #: A text that marks NULL to Spark's CSV reader: an empty unquoted field reads as this.
 #: No THL value may equal it (refused at staging), so it never hides real data.
 NULL_MARK = "\U0010fffd\U0010fffdNULL\U0010fffd"
@@ -63,12 +65,6 @@ class StagingError(ValueError):
 
 
 Layout = tuple[tuple[str, str, int, int, bool, bool], ...]
-#: Value types whose text is ``str(value)`` in a column that is neither binary nor a date
-#: (``types.staged_text``); None is NULL's empty field.
-_PLAIN = frozenset({int, str, float, type(None)})
-#: Characters a field cannot hold unquoted, or that mark NULL: a line holding one is
-#: made field by field.
-_SPECIAL = re.compile('["\n\r' + NULL_MARK[0] + "]")
 #: Spec lists whose shapes are kept (the THL's compiled reader hands out one list per
 #: table shape; fastavro's path for older THL versions makes new ones per event).
 _SHAPES = 256
@@ -167,12 +163,15 @@ class BatchStager:
     """Turns a block's THL events into staging segments (one per table and layout)."""
 
     def __init__(self, separator: str = "\x01", quote_all: bool = False,
-                 zero_dates: str = "null", collapse: bool = False) -> None:
+                 zero_dates: str = "null", collapse: bool = False,
+                 zeros: ZeroDateTally | None = None) -> None:
         self.separator = separator
         self.quote_all = quote_all
         self.zero_dates = zero_dates
         #: Keep only the last operation per key of a keyed segment.
         self.collapse = collapse
+        #: Where the zero dates of after images (stored as NULL) are noted.
+        self.zeros = zeros
         self.segments: list[Segment] = []
         self._open: dict[tuple[str, str], Segment] = {}
         self._row = 0
@@ -246,58 +245,24 @@ class BatchStager:
         else:
             images = [("UD", change.key_values, self._shape(change.key_specs)),
                       ("UI", change.column_values, self._shape(change.column_specs))]
-        lines = seg.lines
-        for r in range(change.row_count):
-            for op, rows, shape in images:
-                values = rows[r]
-                text = None if self.quote_all else self._plain_text(shape, values)
-                if text is None:
-                    text = sep.join([self._field(spec, value, seg, seqno)
-                                     for spec, value in zip(shape.specs, values, strict=True)])
-                if seg.last is not None:
-                    self._supersede(seg, seg.last, values, shape.key)
-                lines.append(q + op + prefix + str(self._row) + tail + text)
-                seg.count += 1
-                self._row += 1
-                self.rows += 1
 
-    def _plain_text(self, shape: _Shape, values: list[Any]) -> str | None:
-        """A row's fields as ``_field`` writes them, when no value needs more than
-        ``str()``: ints, floats and strings outside binary and date columns, with no
-        separator, quote, line break or empty string; None: make them field by field."""
-        if shape.binary or len(values) != len(shape.specs) or "" in values \
-                or not _PLAIN.issuperset(map(type, values)):
-            return None
-        for i in shape.dates:
-            value = values[i]
-            if value is not None and (type(value) is not str or incomplete_date(value)):
-                return None
-        sep = self.separator
-        text = sep.join(map(str, values)) if None not in values else \
-            sep.join(["" if v is None else str(v) for v in values])
-        if text.count(sep) != len(values) - 1 or _SPECIAL.search(text) is not None:
-            return None
-        return text
+        def fields(number: int, values: list[Any]) -> str:
+            """The field-by-field text of a row the compiled shortcut leaves."""
+            op, _, shape = images[number]
+            if self.zeros is not None and op in ("I", "UI"):
+                for i in shape.dates:  # an after image's zero date is stored as NULL
+                    if isinstance(values[i], str) and incomplete_date(values[i]):
+                        self.zeros.note(seg.qualified, shape.specs[i].name)
+            return sep.join([self._field(spec, value, seg, seqno)
+                             for spec, value in zip(shape.specs, values, strict=True)])
 
-    @staticmethod
-    def _supersede(seg: Segment, last: dict[tuple[Any, ...], int], values: list[Any],
-                   key_at: tuple[int, ...]) -> None:
-        """The key's earlier line in the segment goes: the line coming next is later."""
-        key = tuple([values[i] for i in key_at])
-        try:
-            earlier = last.get(key)
-        except TypeError:
-            seg.last = None  # a key value without a hash: Spark ranks every line
-            return
-        if earlier is not None:
-            seg.lines[earlier] = ""
-            seg.count -= 1
-        last[key] = len(seg.lines)
-        if len(key) == 1 and type(key[0]) is int:
-            low, high = seg.key_range or (key[0], key[0])
-            seg.key_range = (min(low, key[0]), max(high, key[0]))
-        else:
-            seg.ranged = False
+        compiled = [(q + op + prefix, rows, len(shape.specs), shape.dates, shape.key,
+                     shape.binary, n) for n, (op, rows, shape) in enumerate(images)]
+        self._row, added, emptied, seg.last, seg.key_range, seg.ranged = stage_rows(
+            seg.lines, compiled, change.row_count, self._row, tail, sep, not self.quote_all,
+            seg.last, seg.key_range, seg.ranged, fields)
+        seg.count += added - emptied
+        self.rows += added
 
     def _field(self, spec: ColumnSpec, value: Any, seg: Segment, seqno: int) -> str:
         try:

@@ -7,7 +7,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -75,16 +75,16 @@ class CraftedThl:
         self.started = 0.0
         self.zk = connect(self.zk_hosts, 10)
 
-    def configure(self, **target: Any) -> None:
+    def configure(self, group: dict[str, Any] | None = None, **target: Any) -> None:
         """The service's configuration, ``target`` added to (or replacing) the group's
-        target settings. No extractor: the source is never read."""
+        target settings, ``group`` to the group's. No extractor: the source is never read."""
         target = {"spark": {"remote": self.remote}, **target}
         self.cfg: ServiceConfig = write_service(
             self.config_path, self.name, bootstrap=self.bootstrap,
             zookeeper={"hosts": self.zk_hosts}, source_port=1,
             consumers={GROUP: {"target": {"type": "warehouse",
                                           "location": str(self.location), **target},
-                               "block_commit_ms": 300}})
+                               "block_commit_ms": 300, **(group or {})}})
 
     def publish(self, *items: RowChange) -> int:
         """One THL event (a whole transaction) with these row changes; its seqno."""
@@ -135,6 +135,12 @@ class CraftedThl:
 
     def rows(self, schema: str, table: str, columns: list[str]) -> list[tuple[Any, ...]]:
         return sorted(delta_rows(self.path(schema, table), columns), key=repr)
+
+    def stored_seqno(self) -> int | None:
+        """The seqno of the position in ``trep_commit_seqno`` (task 0)."""
+        (seqno,) = delta_rows(f"file://{self.location}/tungsten_{self.name}/trep_commit_seqno",
+                              ["seqno"])
+        return cast(int | None, seqno[0])
 
     def exists(self, schema: str, table: str) -> bool:
         return (self.location / schema / table / "_delta_log").is_dir()

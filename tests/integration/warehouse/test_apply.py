@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import pytest
+
 from thl_topics.records import META_PROVISION, META_PROVISIONING
 
 from ..sparks import connect_session
@@ -120,7 +122,13 @@ def test_new_source_column_becomes_a_delta_column_and_heartbeats_land(
     assert beats[0]["lag_millis"] > 0 and beats[0]["target_tstamp"] is not None
 
 
-def test_bad_value_stops_at_its_seqno_with_nothing_half_committed(crafted: CraftedThl) -> None:
+@pytest.mark.parametrize("block_rows", [None, 2])
+def test_bad_value_stops_at_its_seqno_with_nothing_half_committed(
+        crafted: CraftedThl, block_rows: int | None) -> None:
+    # In blocks of one transaction, the bad block is read back while the position of the
+    # one before is still being written: that position is stored, nothing of the bad one.
+    if block_rows is not None:
+        crafted.configure(group={"block_commit_rows": block_rows})
     s = "shop"
     counts = [spec(1, "id", "INT", key=True), spec(2, "n", "INT")]
     first = crafted.publish(insert(s, "items", ITEM, [1, "one"]),
@@ -136,6 +144,7 @@ def test_bad_value_stops_at_its_seqno_with_nothing_half_committed(crafted: Craft
     assert "shop.counts" in message and f"seqnos {bad}..{bad}" in message, message
     assert "CAST_INVALID_INPUT" in message, message
     assert status["appliedLastSeqno"] == first
+    assert crafted.stored_seqno() == first
     # Nothing of the bad transaction anywhere: neither table holds seqno 1's rows.
     assert crafted.rows(s, "items", ["id"]) == [(1,)]
     assert crafted.rows(s, "counts", ["id", "n"]) == [(1, 1)]

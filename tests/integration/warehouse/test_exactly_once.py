@@ -273,7 +273,7 @@ def test_crashes_and_kills_under_load_leave_tables_equal_to_the_source(
     # A process started after a kill may warm up too, while the killed one's session ends.
     assert (min(KILLS, WARM_KILLS) + 1) // 2 <= warmed <= KILLS, (warmed, _log(svc))
 
-    # The clean run catches up in the applier's default blocks (100,000 rows).
+    # The clean run catches up in the applier's default blocks.
     data["consumers"]["w"].pop("block_commit_rows")
     svc.config_path.write_text(yaml.safe_dump(data))
     proc = _spawn(svc)

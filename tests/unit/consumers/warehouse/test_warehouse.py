@@ -6,13 +6,24 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
+import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from consumers.metrics import ConsumerMetrics
 from consumers.warehouse.history import CommitRange, version_for_seqno
 from consumers.warehouse.naming import path_safe
-from consumers.warehouse.staging import NULL_MARK, BatchStager, StagingArea, StagingError
+from consumers.warehouse.staging import (
+    NULL_MARK,
+    BatchStager,
+    Segment,
+    StagingArea,
+    StagingError,
+)
 from consumers.warehouse.types import (
     cast_expression,
     holds,
@@ -20,8 +31,17 @@ from consumers.warehouse.types import (
     staged_text,
     widens,
 )
-from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent, ThlValue
+from consumers.zero_dates import ZeroDateTally
+from thl_topics.event import (
+    ColumnSpec,
+    DataItem,
+    RowAction,
+    RowChange,
+    ThlEvent,
+    ThlValue,
+)
 from thl_topics.records import META_PROVISION
+from thl_topics.values import incomplete_date
 
 
 def _spec(kind: str, length: int = 0, scale: int = 0, unsigned: bool = False,
@@ -239,3 +259,98 @@ def test_version_for_seqno() -> None:
     replayed = [*commits, CommitRange(4, 1, 0, 40, "MERGE")]
     again = version_for_seqno(replayed, 25)
     assert again is not None and again.commit.version == 4 and not again.exact
+
+
+def _random_value(rng: random.Random, kind: str) -> ThlValue:
+    """A value of a column of ``kind``, often one that needs the field-by-field path."""
+    roll = rng.random()
+    if roll < 0.15:
+        return None
+    if kind == "BIGINT":
+        ints: list[ThlValue] = [0, -1, 2**63 - 1, 2**64 - 1, rng.randint(-10**6, 10**6),
+                                True, "7"]
+        return rng.choice(ints)
+    if kind == "DOUBLE":
+        return rng.choice([0.1, -0.0, 1e300, float("inf"), float("nan"), 2, rng.random()])
+    if kind == "DATETIME":
+        dates: list[ThlValue] = ["2024-01-02 03:04:05.000006", "0000-00-00 00:00:00",
+                                 "2024-03-00 10:00:00", "2024-00-01", "9999-12-31", "", 7,
+                                 "2024-01-02"]
+        return rng.choice(dates)
+    if kind == "BINARY":
+        return rng.choice([b"\x00\x01", b"", b"\xff,\n"])
+    alphabet = 'ab,;\x01"\n\r ü€\U0001f600\U0010fffd\\'
+    return "".join(rng.choice(alphabet) if rng.random() < 0.2 else rng.choice("xyz")
+                   for _ in range(rng.randint(0, 6)))
+
+
+@pytest.mark.parametrize(("separator", "quote_all", "collapse"),
+                         [("\x01", False, True), (",", False, True), (",", True, False),
+                          ("\x01", False, False)])
+def test_random_row_changes_stage_as_their_fields_one_by_one(
+        separator: str, quote_all: bool, collapse: bool) -> None:
+    # The compiled line writer (consumers/warehouse/_stage_lines.pyx) against the field-by-
+    # field path, and collapsing against a model: each key keeps its last line only.
+    rng = random.Random(f"{separator}{quote_all}{collapse}")
+    kinds = ["BIGINT", "VARCHAR", "DATETIME", "DOUBLE"]
+    for binary in (False, True):
+        specs = [ColumnSpec(i + 1, f"c{i}", kind, primary_key=i == 0)
+                 for i, kind in enumerate(kinds + (["BINARY"] if binary else []))]
+        tally = ZeroDateTally("wh", ConsumerMetrics(CollectorRegistry(), "s", "g"),
+                              logging.getLogger("test.stage"))
+        stager = BatchStager(separator=separator, quote_all=quote_all, collapse=collapse,
+                             zeros=tally)
+        expected: list[tuple[tuple[ThlValue, ...], str]] = []
+        zeros: Counter[tuple[str, str]] = Counter()
+        for seqno in range(40):
+            changes: list[DataItem] = []
+            row = 0  # rows are numbered within their seqno
+            for _ in range(rng.randint(1, 4)):
+                action = rng.choice(list(RowAction))
+                count = rng.randint(1, 3)
+                rows = [[rng.randint(0, 12), *(_random_value(rng, s.type) for s in specs[1:])]
+                        for _ in range(count * (2 if action is RowAction.UPDATE else 1))]
+                before, after = rows[:count], rows[count:] or rows
+                if action is RowAction.INSERT:
+                    change = RowChange(action, "d", "t", specs, [], after)
+                    images = [("I", r) for r in after]
+                elif action is RowAction.DELETE:
+                    change = RowChange(action, "d", "t", [], specs, [], before)
+                    images = [("D", r) for r in before]
+                else:
+                    change = RowChange(action, "d", "t", specs, specs, after, before)
+                    images = [i for b, a in zip(before, after, strict=True)
+                              for i in (("UD", b), ("UI", a))]
+                changes.append(change)
+                for op, values in images:
+                    expected.append(((values[0],), _reference_line(
+                        stager, specs, op, seqno, row, values, separator, quote_all)))
+                    if op in ("I", "UI") and isinstance(values[2], str) \
+                            and incomplete_date(values[2]):
+                        zeros["d.t", "c2"] += 1
+                    row += 1
+            try:
+                stager.add(ThlEvent(seqno, 0, "src", "e", "sh", 0, data=changes))
+            except StagingError:
+                pytest.fail("no value of these rows is refused")
+        (seg,) = stager.segments
+        if collapse:
+            last = {key: i for i, (key, _) in enumerate(expected)}
+            lines = [line for i, (key, line) in enumerate(expected) if last[key] == i]
+            keys = [int(str(k)) for (k,) in last]
+            assert seg.keys_between == (min(keys), max(keys))
+        else:
+            lines = [line for _, line in expected]
+        assert [line for line in seg.lines if line] == lines
+        assert seg.rows == len(lines) and stager.rows == len(expected)
+        assert tally.take() == zeros
+
+
+def _reference_line(stager: BatchStager, specs: list[ColumnSpec], op: str, seqno: int,
+                    row: int, values: list[ThlValue], sep: str, quote_all: bool) -> str:
+    q = '"' if quote_all else ""
+    seg = Segment("d", "t", specs)
+    fields = sep.join(stager._field(spec, value, seg, seqno)
+                      for spec, value in zip(specs, values, strict=True))
+    return f"{q}{op}{q}{sep}{q}{seqno}{q}{sep}{q}{row}{q}{sep}{q}1970-01-01 00:00:00.000000" \
+           f"{q}{sep}{fields}"
