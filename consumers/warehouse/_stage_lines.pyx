@@ -11,6 +11,8 @@ the key range kept) is the Python path's, step for step.
 
 from cpython.unicode cimport PyUnicode_GET_LENGTH
 
+from thl_topics.values import incomplete_date
+
 cdef extern from "Python.h":
     bint PyLong_CheckExact(object o)
     bint PyFloat_CheckExact(object o)
@@ -40,13 +42,6 @@ cdef inline bint _plain_str(str text, const unsigned char* special):
     return True
 
 
-cdef inline bint _zero_date(str text):
-    """``thl_topics.values.incomplete_date`` for a str."""
-    if PyUnicode_GET_LENGTH(text) < 10 or text[4] != "-" or text[7] != "-":
-        return False
-    return text[0:4] == "0000" or text[5:7] == "00" or text[8:10] == "00"
-
-
 cdef object _plain_text(list values, Py_ssize_t width, tuple dates, str sep,
                         const unsigned char* special):
     """The row's fields joined, or None when one of them needs the field-by-field path."""
@@ -70,7 +65,7 @@ cdef object _plain_text(list values, Py_ssize_t width, tuple dates, str sep,
             return None
     for i in dates:
         value = values[i]
-        if value is not None and (not PyUnicode_CheckExact(value) or _zero_date(<str> value)):
+        if value is not None and (not PyUnicode_CheckExact(value) or incomplete_date(value)):
             return None
     return sep.join(parts)
 
