@@ -108,7 +108,7 @@ bench: $(STAMP)
 	$(PY) -m stack up zookeeper kafka mariadb-source mariadb-target
 	$(PY) bench/parallel_bench.py
 	$(PY) -m stack up zookeeper kafka mariadb-source spark
-	$(PY) bench/warehouse_bench.py
+	$(PY) bench/warehouse_bench.py --e2e-rows 600000 --e2e-runs 2
 
 # Side by side on one binlog: Debezium (Kafka Connect from Maven Central), a native replica.
 bench-compare: $(STAMP)

@@ -193,7 +193,7 @@ class WarehouseApplier:
             self._writer = DeltaWriter(self.spark, self.cfg,
                                        schema_changes=self.schema_changes)
             self._tracking = DeltaTracking(self.spark, self.cfg.tracking(self.service))
-            self.tracking.create()
+            self.tracking.create(staged_files=self.cfg.mode == "stage-only")
             if self.cfg.mode == "merge" and not self.cfg.keep_staging:
                 # Whatever is left was staged by a block that did not commit: it is staged
                 # again from the THL.

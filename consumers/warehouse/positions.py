@@ -6,7 +6,8 @@
   concurrent writer).
   ``generation`` counts ``reset`` / ``--from-seqno``: it is part of every Delta transaction
   id, so a replay after a reset is applied instead of being skipped as already done.
-- ``heartbeat``: Tungsten's heartbeat columns, one row per heartbeat id.
+- ``heartbeat``: Tungsten's heartbeat columns, one row per heartbeat id (made at the first
+  heartbeat, like ``consistency`` at the first check).
 - ``consistency``: Tungsten's ``consistency`` columns plus the group, the seqno and the
   result as JSON: one row per group, table and checked range (``readback.py`` reads the
   range back).
@@ -94,6 +95,8 @@ class DeltaTracking:
     def __init__(self, spark: SparkSession, base_uri: str) -> None:
         self.spark = spark
         self.base = base_uri.rstrip("/")
+        #: Tables known to exist (``_ensure``).
+        self._made: set[str] = set()
 
     def uri(self, table: str) -> str:
         return f"{self.base}/{table}"
@@ -105,8 +108,12 @@ class DeltaTracking:
         """Whether ``table`` exists (its ``_delta_log`` folder is there)."""
         return present(self.spark, f"{self.uri(table)}/_delta_log")
 
-    def create(self) -> None:
-        """Create the tracking tables if missing.
+    def create(self, staged_files: bool = False) -> None:
+        """Create ``trep_commit_seqno`` if missing, and ``trep_staged_files`` if asked
+        (``stage-only``: its loader reads it from the start). ``heartbeat`` and
+        ``consistency`` are made at their first write (``_ensure``): each table is a Delta
+        commit, about 0.4 s of a group's start on a warm JVM, and most groups never
+        write a consistency row.
 
         A table whose ``_delta_log`` folder is there is not touched: CREATE TABLE IF NOT
         EXISTS would load its snapshot, a Spark job per table on every restart."""
@@ -116,11 +123,17 @@ class DeltaTracking:
             self._plain()
             self.spark.createDataFrame([_commit_seqno(None, 0, 0)], COMMIT_SEQNO).write \
                 .format("delta").mode("ignore").save(self.uri("trep_commit_seqno"))
-        for table, cols in (("heartbeat", HEARTBEAT), ("trep_staged_files", STAGED_FILES),
-                            ("consistency", CONSISTENCY)):
-            if not self.created(table):
-                self.spark.sql(f"CREATE TABLE IF NOT EXISTS {self.ref(table)} ({cols}) "
-                               "USING delta")
+        if staged_files:
+            self._ensure("trep_staged_files", STAGED_FILES)
+
+    def _ensure(self, table: str, columns: str) -> None:
+        """Create ``table`` unless it exists."""
+        if table in self._made:
+            return
+        if not self.created(table):
+            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {self.ref(table)} ({columns}) "
+                           "USING delta")
+        self._made.add(table)
 
     def read(self, task_id: int = 0) -> Stored:
         rows = self.spark.sql(f"SELECT * FROM {self.ref('trep_commit_seqno')} "
@@ -200,6 +213,7 @@ class DeltaTracking:
                  generation) for s in segments]
         if not rows:
             return
+        self._ensure("trep_staged_files", STAGED_FILES)
         frame = self.spark.createDataFrame(rows, STAGED_FILES)
         conf = self.spark.conf
         conf.set(TXN_APP_ID, app_id)
@@ -217,6 +231,7 @@ class DeltaTracking:
     def _upsert(self, table: str, rows: list[tuple[Any, ...]], columns: str,
                 key: list[str]) -> None:
         """MERGE ``rows`` into a tracking table by ``key``: matched rows replaced."""
+        self._ensure(table, columns)
         view = f"tungsten_{table}_{uuid.uuid4().hex}"
         self.spark.createDataFrame(rows, columns).createOrReplaceTempView(view)
         on = " AND ".join(f"t.{k} = s.{k}" for k in key)
