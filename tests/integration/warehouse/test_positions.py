@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from consumers.heartbeat import Heartbeat
 from consumers.position import Position
 from consumers.warehouse.positions import COMMIT_SEQNO, DeltaTracking, Stored
 
@@ -69,3 +70,23 @@ def test_a_table_made_without_the_tasks_row_gets_it_at_the_first_position(
     assert tracking.read() == Stored(first, 0)
     assert len(delta_rows(f"{base}/trep_commit_seqno", ["task_id"])) == 1
     assert not tracking.advance(first, None, 0)
+
+
+def test_heartbeat_and_consistency_tables_are_made_at_their_first_write(
+        tmp_path: Path, spark_connect: Any) -> None:
+    """A group's start makes only ``trep_commit_seqno`` (and ``trep_staged_files`` in
+    stage-only); the others come with their first row."""
+    base = f"file://{tmp_path}/tracking"
+    tracking = DeltaTracking(connect_session(), base)
+    tracking.create()
+    assert [t for t in ("trep_commit_seqno", "heartbeat", "consistency", "trep_staged_files")
+            if tracking.created(t)] == ["trep_commit_seqno"]
+    now = dt.datetime(2026, 12, 2, 11, 0, tzinfo=dt.UTC)
+    beat = Heartbeat(id=1, name="NONE", salt=5, seqno=9, event_id="e", source_tstamp=now,
+                     target_tstamp=now, lag_millis=12)
+    tracking.heartbeats([beat])
+    tracking.heartbeats([replace(beat, seqno=10)])  # made once, then upserted
+    assert delta_rows(f"{base}/heartbeat", ["id", "seqno", "lag_millis"]) == [(1, 10, 12)]
+    assert not tracking.created("consistency")
+    DeltaTracking(connect_session(), base).create(staged_files=True)
+    assert tracking.created("trep_staged_files")
