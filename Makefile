@@ -112,7 +112,7 @@ bench: $(STAMP)
 
 # Side by side on one binlog: Debezium (Kafka Connect from Maven Central), a native replica.
 bench-compare: $(STAMP)
-	$(PY) -m stack up zookeeper kafka mariadb-source mariadb-target postgresql
+	$(PY) -m stack up zookeeper kafka mariadb-source mariadb-target postgresql spark
 	$(PY) bench/compare.py
 
 stack-up: $(STAMP)

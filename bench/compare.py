@@ -18,7 +18,11 @@ UPDATE, 5% DELETE):
    fetches the relay log, then only its SQL thread is timed (the like-for-like comparison
    with a consumer group reading a filled THL). Every run ends with the target equal to the
    source (a digest of all rows), or the benchmark stops.
-3. **Latency**: the extractor and the MariaDB consumer group run live while the workload is
+3. **Warehouse**: THL to Delta on ``local[2]`` (``warehouse_bench.py``'s end-to-end part,
+   ``--warehouse-rows`` inserts and half as many updates), twice in one Spark JVM: a
+   freshly started driver, whose JIT is still compiling Spark's and Delta's code, then a
+   warm one (issue 33's goal: 30,000 rows/s).
+4. **Latency**: the extractor and the MariaDB consumer group run live while the workload is
    written at half of the measured maximum throughput, with a heartbeat row every
    ``--heartbeat-ms``; the target records each heartbeat's lag; p50/p99 are reported.
    Two maxima are used: the slower of extraction and apply, each measured alone (steps 1
@@ -80,6 +84,7 @@ class Settings:
     latency_only: float | None
     pipeline_txns: int
     heartbeat_ms: int
+    warehouse_rows: int
     timeout: float
     out: Path | None
 
@@ -237,6 +242,22 @@ def compare_ratios(summary: dict[str, Any]) -> dict[str, Any]:
     return ratios
 
 
+def warehouse_runs(rows: int) -> dict[str, Any] | None:
+    """THL to Delta (``warehouse_bench.py``, a process of its own): ``rows`` inserts and
+    half as many updates, applied twice in one Spark JVM (fresh, then warm); None if
+    ``rows`` is 0."""
+    if rows <= 0:
+        return None
+    print(f"warehouse: {rows + rows // 2:,} row changes THL -> Delta, a fresh then a warm "
+          "driver JVM ...", flush=True)
+    out = RUN / "tmp" / "warehouse.json"
+    subprocess.run([sys.executable, str(Path(__file__).with_name("warehouse_bench.py")),
+                    "--base-rows", "1000", "--batches", "0", "--e2e-rows", str(rows),
+                    "--e2e-runs", "2", "--out", str(out)], check=True, timeout=3600)
+    done = json.loads(out.read_text())
+    return {"fresh_jvm": done["end_to_end"], "warm_jvm": done["end_to_end_warm"][0]}
+
+
 def workload_figures(work: Workload) -> dict[str, Any]:
     """What the binlog holds."""
     return {"transactions": work.txns, "row_changes": work.rows,
@@ -252,7 +273,7 @@ def report(result: Run, out: Path | None) -> None:
     out = out or RESULTS / f"compare-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}.json"
     write_result(result, out, echo=False)
     print(json.dumps({key: result[key] for key in (
-        "medians", "ratios", "latency_sweep", "pipeline_max", "pipeline_latency_sweep",
+        "medians", "ratios", "warehouse", "latency_sweep", "pipeline_max", "pipeline_latency_sweep",
         "machine")}, indent=2))
     print(f"written to {out}")
 
@@ -314,12 +335,14 @@ def _compare(s: Settings) -> None:
     pipeline, pipeline_sweep = pipeline_latency(s.fractions[:1], s.latency)
     if replica is not None:
         replica.stop()
+    warehouse = warehouse_runs(s.warehouse_rows)
     report({
         "benchmark": "bench-compare", "when": dt.datetime.now(dt.UTC).isoformat(),
         "machine": before, "load_average_after": os.getloadavg(),
         "workload": workload_figures(work),
         "runs": s.runs, "extraction": extraction, "apply": apply, "medians": summary,
-        "ratios": ratios, "latency": sweep[0] if sweep else None, "latency_sweep": sweep,
+        "ratios": ratios, "warehouse": warehouse,
+        "latency": sweep[0] if sweep else None, "latency_sweep": sweep,
         "pipeline_max": pipeline, "pipeline_latency_sweep": pipeline_sweep,
     }, s.out)
     shutil.rmtree(RUN / "tmp", ignore_errors=True)
@@ -343,6 +366,10 @@ def _compare(s: Settings) -> None:
               help="transactions written unpaced to measure the live pipeline's "
                    "own maximum (0: skip it)")
 @click.option("--heartbeat-ms", type=int, default=100)
+@click.option("--warehouse-rows", type=int, default=600_000, show_default=True,
+              help="inserts (and half as many updates) applied THL to Delta, twice in one "
+                   "Spark JVM (0: skip the warehouse); a multiple of 200,000 fills the "
+                   "group's 300,000-row blocks (a last partial block waits for its 30 s)")
 @options.timeout("per run, seconds")
 @options.out(None)
 def main(**params: Any) -> None:

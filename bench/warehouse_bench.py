@@ -26,7 +26,7 @@ from typing import Any
 
 import click
 import options
-from results import RESULTS, write_result
+from results import write_result
 from service import write_config
 
 from consumers.warehouse import session as spark_sessions
@@ -264,20 +264,21 @@ def e2e_bench(sizes: Sizes, base: Path, collapse: bool) -> dict[str, Any]:
                    "pays the JVM's warm-up (its JIT compiles Spark's and Delta's code: "
                    "about 40 CPU s on this machine's 2 cores), the later ones show the "
                    "rate of a driver that has been running")
+@options.out("warehouse.json")
 @click.option("--collapse/--no-collapse", default=True,
               help="stage each key's last operation only (the applier's default), or every "
                    "one and let Spark rank them (as before 2026-11-28)")
 def main(base_rows: int, batch_rows: int, batches: int, e2e_rows: int, e2e_block_rows: int,
-         txn_rows: int, skip_e2e: bool, e2e_runs: int, collapse: bool) -> None:
-    """Run the benchmark; the JSON goes to ``bench/results/warehouse.json``."""
+         txn_rows: int, skip_e2e: bool, e2e_runs: int, out: Path, collapse: bool) -> None:
+    """Run the benchmark; the JSON goes to ``--out`` (``bench/results/warehouse.json``)."""
     sizes = Sizes(base_rows, batch_rows, batches, e2e_rows, e2e_block_rows, txn_rows)
     base = RUN_DIR / "warehouse-bench"
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(parents=True)
     # The applier's own session settings (consumers/warehouse/session.py), on local[2].
     spark = spark_sessions.acquire(SparkSettings.model_validate(_spark()))
-    out: dict[str, Any] = {"spark": "local[2]", "collapse": collapse,
-                           "merge": merge_bench(sizes, spark, base, collapse)}
+    result: dict[str, Any] = {"spark": "local[2]", "collapse": collapse,
+                              "merge": merge_bench(sizes, spark, base, collapse)}
     if not skip_e2e:
         runs = []
         for run in range(e2e_runs):
@@ -286,10 +287,10 @@ def main(base_rows: int, batch_rows: int, batches: int, e2e_rows: int, e2e_block
             print(f"end to end{' (JVM warm)' if run else ''}: {e2e['row_changes']:,} row "
                   f"changes THL -> Delta in {e2e['wall_s']} s ({e2e['rows_per_s']:,} rows/s; "
                   f"Python at most {e2e['python_max_rss_mib']} MiB)")
-        out["end_to_end"] = runs[0]
+        result["end_to_end"] = runs[0]
         if len(runs) > 1:
-            out["end_to_end_warm"] = runs[1:]
-    write_result(out, RESULTS / "warehouse.json", echo=False)
+            result["end_to_end_warm"] = runs[1:]
+    write_result(result, out, echo=False)
     shutil.rmtree(base, ignore_errors=True)
 
 
