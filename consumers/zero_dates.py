@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from consumers.metrics import ConsumerMetrics
@@ -102,9 +103,18 @@ class ZeroDateTally:
 
 def count_zero_dates(tally: ZeroDateTally, table: str, change: RowChange) -> None:
     """Note the zero dates of ``change``'s after images (stored as NULL)."""
-    for i, spec in enumerate(change.column_specs):
-        if date_column(spec):
-            for row in change.column_values:
-                value = row[i]
-                if isinstance(value, str) and incomplete_date(value):
-                    tally.note(table, spec.name)
+    specs = change.column_specs
+    dates = [i for i, spec in enumerate(specs) if date_column(spec)]
+    if dates:
+        for row in change.column_values:
+            note_zero_dates(tally, table, specs, dates, row)
+
+
+def note_zero_dates(tally: ZeroDateTally, table: str, specs: Sequence[ColumnSpec],
+                    dates: Iterable[int], row: Sequence[object]) -> None:
+    """Note the zero dates of one after image ``row`` at the positions ``dates`` (those of
+    ``date_column`` specs)."""
+    for i in dates:
+        value = row[i]
+        if isinstance(value, str) and incomplete_date(value):
+            tally.note(table, specs[i].name)

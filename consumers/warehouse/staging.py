@@ -47,13 +47,12 @@ from consumers.warehouse.types import (
     commit_time_text,
     staged_text,
 )
+from consumers.zero_dates import ZeroDateTally, date_column, note_zero_dates
 from thl_topics.event import ColumnSpec, RowAction, RowChange, ThlEvent
-from thl_topics.values import incomplete_date
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from consumers.zero_dates import ZeroDateTally
 
 #: A text that marks NULL to Spark's CSV reader: an empty unquoted field reads as this.
 #: No THL value may equal it (refused at staging), so it never hides real data.
@@ -91,12 +90,10 @@ class _Shape:
 
     @classmethod
     def of(cls, specs: list[ColumnSpec]) -> _Shape:
-        kinds = [c.type.upper() for c in specs]
         return cls(specs, layout_of(specs),
                    tuple(i for i, c in enumerate(specs) if c.primary_key),
-                   tuple(i for i, k in enumerate(kinds)
-                         if k in ("DATE", "DATETIME", "TIMESTAMP")),
-                   any(k in BINARY_TYPES for k in kinds))
+                   tuple(i for i, c in enumerate(specs) if date_column(c)),
+                   any(c.type.upper() in BINARY_TYPES for c in specs))
 
 
 @dataclass
@@ -250,9 +247,8 @@ class BatchStager:
             """The field-by-field text of a row the compiled shortcut leaves."""
             op, _, shape = images[number]
             if self.zeros is not None and op in ("I", "UI"):
-                for i in shape.dates:  # an after image's zero date is stored as NULL
-                    if isinstance(values[i], str) and incomplete_date(values[i]):
-                        self.zeros.note(seg.qualified, shape.specs[i].name)
+                # An after image's zero date is stored as NULL.
+                note_zero_dates(self.zeros, seg.qualified, shape.specs, shape.dates, values)
             return sep.join([self._field(spec, value, seg, seqno)
                              for spec, value in zip(shape.specs, values, strict=True)])
 
