@@ -22,8 +22,12 @@ RUN python3 -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir Cython setuptools
 COPY . .
 # Editable, as `make venv` installs it: the THL codec reads schemas/avro from the checkout.
+# The project's modules compiled to bytecode here: the editable install does not, and the
+# non-root user below cannot write it, so every process would compile them at its start.
 RUN /opt/venv/bin/pip install --no-cache-dir -e . \
-    && /opt/venv/bin/python -c "import extractor._row_images, thl_topics._avro_rows"
+    && /opt/venv/bin/python -c "import extractor._row_images, thl_topics._avro_rows" \
+    && /opt/venv/bin/python -m compileall -q extractor thl_topics consumers replicator trep \
+       stack console
 
 ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1
 # A non-root user: nothing here needs root.
