@@ -11,7 +11,7 @@ import time
 from consumers.runtime.blocks import Block, BlockLoop, Fragment, Quiet
 from consumers.runtime.control import GoOffline
 from consumers.runtime.group import Session
-from replicator.zk import ZkPosition
+from replicator.zk import PositionMirror, ZkPosition
 
 
 class SingleStream(BlockLoop):
@@ -30,10 +30,16 @@ class SingleStream(BlockLoop):
         self.group = group
         #: Seqnos the operator asked to skip (as the session started).
         self.skips: set[int] = set()
+        #: The group's position in ZooKeeper, for operators and THL retention: at most once
+        #: a second while blocks follow each other, at once when quiet or stopping.
+        self.mirror = PositionMirror(group.positions, f"consumers/{group.name}")
 
     def run(self) -> None:
         self.skips = set(self.group.control.desired().skip_seqnos)
-        super().run()
+        try:
+            super().run()
+        finally:
+            self.mirror.flush()  # the last committed block's, whatever ends the session
 
     def between_seqnos(self) -> None:
         control = self.group.control
@@ -59,6 +65,7 @@ class SingleStream(BlockLoop):
 
     def quiet(self) -> None:
         self.session.feed.flush_offset()  # the last block's, held back (``ThlFeed.commit``)
+        self.mirror.flush()
         control = self.group.control
         if control.stale:
             control.publish(force=False)  # idle: let the last commit show
@@ -75,9 +82,8 @@ class SingleStream(BlockLoop):
         s.appliedLatency = round(max(0.0, time.time() - last.tstamp / 1e6), 3)
         s.appliedRows += block.rows
         g.metrics.applied(len(block.positions), last.seqno, s.appliedLatency)
-        g.positions.mirror_position(f"consumers/{g.name}",
-                                    ZkPosition(last.seqno, last.epoch, last.event_id,
-                                               last.fragno, last.last_frag))
+        self.mirror.mirror(ZkPosition(last.seqno, last.epoch, last.event_id, last.fragno,
+                                      last.last_frag))
         if not g.applier.capabilities.owns_offsets:
             self.session.feed.commit(last.offset + 1)
         if block.skipped or g.control.skips_done:

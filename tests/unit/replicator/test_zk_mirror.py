@@ -1,10 +1,11 @@
-"""The position mirror: synchronous once (creates the node), then fire-and-forget."""
+"""The position mirror: synchronous once (creates the node), then fire-and-forget; a busy
+component's mirror at most once per period (``PositionMirror``)."""
 
 from __future__ import annotations
 
 from kazoo.exceptions import ConnectionLoss, NoNodeError
 
-from replicator.zk import ServiceNodes, ZkPosition
+from replicator.zk import PositionMirror, ServiceNodes, ZkPosition
 
 from .fake_zk import Done, answer
 
@@ -73,3 +74,32 @@ def test_zookeeper_away_on_the_first_mirror_is_logged_and_tried_again() -> None:
     nodes.mirror_position("extractor", ZkPosition(1, 0, "f:4"))
     nodes.mirror_position("extractor", ZkPosition(2, 0, "f:5"))
     assert [c for c, _ in client.calls] == ["create"]
+
+
+class _Nodes:
+    """Records the positions a ``PositionMirror`` writes."""
+
+    def __init__(self) -> None:
+        self.written: list[tuple[str, int]] = []
+
+    def mirror_position(self, component: str, pos: ZkPosition) -> None:
+        self.written.append((component, pos.seqno))
+
+
+def test_a_busy_component_is_mirrored_at_most_once_per_period_and_flushed_when_quiet() -> None:
+    clock = [100.0]
+    nodes = _Nodes()
+    mirror = PositionMirror(nodes, "consumers/g", every=1.0,  # type: ignore[arg-type]
+                            clock=lambda: clock[0])
+    mirror.mirror(ZkPosition(1, 0, "f:1"))  # the first goes at once
+    for seqno in (2, 3, 4):
+        clock[0] += 0.3
+        mirror.mirror(ZkPosition(seqno, 0, f"f:{seqno}"))
+    assert nodes.written == [("consumers/g", 1)]
+    clock[0] += 0.2  # 1.1 s after the first: this one goes
+    mirror.mirror(ZkPosition(5, 0, "f:5"))
+    mirror.mirror(ZkPosition(6, 0, "f:6"))  # held back
+    assert nodes.written == [("consumers/g", 1), ("consumers/g", 5)]
+    mirror.flush()  # quiet or stopping: the last one goes, once
+    mirror.flush()
+    assert nodes.written == [("consumers/g", 1), ("consumers/g", 5), ("consumers/g", 6)]
