@@ -7,7 +7,6 @@ never comes from Kafka's committed offset but from the target (see consumers.run
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from functools import partial
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from consumers.errors import ConsumerError, TerminalError, TransientError
+from replicator.held_back import HeldBack
 from thl_topics.client import check_access, is_access_error, new_admin, settings_error, watched
 from thl_topics.closing import close_consumer
 from thl_topics.errors import (
@@ -64,9 +64,8 @@ class ThlFeed:
                  stall_check_s: float = CHECK_EVERY_S) -> None:
         self.topic = topic
         self.group_id = group_id
-        #: The offset to commit next (``commit``), and when one was last sent.
-        self._offset: int | None = None
-        self._offset_sent = float("-inf")
+        #: The group's offsets, committed at most once per ``OFFSET_COMMIT_S``.
+        self._offsets = HeldBack(self._send_offset, OFFSET_COMMIT_S)
         try:
             check_access(kafka, ACCESS_CHECK_S)
             self._reader = ThlReader(kafka, topic)
@@ -202,16 +201,13 @@ class ThlFeed:
         """Commit the group's offset (the record after the last one applied): at once if
         none went in the last ``OFFSET_COMMIT_S``, else with a later one, or when the group
         is quiet (``flush_offset``)."""
-        self._offset = next_offset
-        if time.monotonic() - self._offset_sent >= OFFSET_COMMIT_S:
-            self.flush_offset()
+        self._offsets.offer(next_offset)
 
     def flush_offset(self) -> None:
         """Commit the offset ``commit`` holds back, if any."""
-        offset, self._offset = self._offset, None
-        if offset is None:
-            return
-        self._offset_sent = time.monotonic()
+        self._offsets.flush()
+
+    def _send_offset(self, offset: int) -> None:
         try:
             # Asynchronous: the offset only feeds lag tools, a synchronous round trip per
             # block cost ~8 ms of every 10-event block in the apply benchmark.

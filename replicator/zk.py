@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
@@ -16,6 +17,8 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.interfaces import IAsyncResult
 from kazoo.recipe.lock import Lock
 from kazoo.retry import KazooRetry
+
+from replicator.held_back import HeldBack
 
 log = logging.getLogger(__name__)
 
@@ -125,33 +128,16 @@ class ServiceNodes:
 MIRROR_EVERY_S = 1.0
 
 
-class PositionMirror:
+class PositionMirror(HeldBack[ZkPosition]):
     """One component's position mirror, written at most once per ``every`` seconds while
     positions follow each other; ``flush`` writes the one held back (when the component is
     quiet, and when it stops)."""
 
     def __init__(self, nodes: ServiceNodes, component: str, every: float = MIRROR_EVERY_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.nodes = nodes
-        self.component = component
-        self.every = every
-        self._clock = clock
-        self._held: ZkPosition | None = None
-        self._sent = float("-inf")
+        super().__init__(partial(nodes.mirror_position, component), every, clock)
 
-    def mirror(self, pos: ZkPosition) -> None:
-        """Mirror ``pos`` now if none went within ``every`` seconds, else with a later one
-        or at ``flush``."""
-        self._held = pos
-        if self._clock() - self._sent >= self.every:
-            self.flush()
-
-    def flush(self) -> None:
-        """Write the position held back, if any."""
-        pos, self._held = self._held, None
-        if pos is not None:
-            self._sent = self._clock()
-            self.nodes.mirror_position(self.component, pos)
+    mirror = HeldBack.offer
 
 
 def connect(hosts: str, timeout: float) -> KazooClient:

@@ -3,14 +3,12 @@ offset commits."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
-import pytest
 from confluent_kafka import TopicPartition
 
-from consumers import feed as feed_module
 from consumers.feed import OFFSET_COMMIT_S, ThlFeed, another_log
+from replicator.held_back import HeldBack
 from thl_topics.event import ThlEvent
 from thl_topics.reader import ThlRecord
 
@@ -54,16 +52,14 @@ class _Consumer:
         self.sent.extend(tp.offset for tp in offsets)
 
 
-def test_offsets_are_committed_at_most_once_a_second_and_the_last_when_quiet(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_offsets_are_committed_at_most_once_a_second_and_the_last_when_quiet() -> None:
     """Blocks in quick succession: the first offset goes at once, the ones within
     ``OFFSET_COMMIT_S`` after it are held back (only the latest is kept) and go with the next
     one due, or when the group is quiet or closes."""
     now = [100.0]
-    monkeypatch.setattr(feed_module, "time", SimpleNamespace(monotonic=lambda: now[0]))
     feed: Any = ThlFeed.__new__(ThlFeed)
     feed.topic, feed.group_id = "thl", "g"
-    feed._offset, feed._offset_sent = None, float("-inf")
+    feed._offsets = HeldBack(feed._send_offset, OFFSET_COMMIT_S, clock=lambda: now[0])
     feed._consumer = consumer = _Consumer()
     feed.commit(10)
     assert consumer.sent == [10]
