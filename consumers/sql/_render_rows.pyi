@@ -4,4 +4,5 @@ from collections.abc import Callable, Sequence
 
 def render_images(pieces: tuple[str, ...], rows: Sequence[Sequence[object]],
                   index: tuple[int, ...], special: str,
-                  literal: Callable[[object], str]) -> list[str]: ...
+                  literal: Callable[[object], str],
+                  hexed: tuple[int, ...] | None = None) -> list[str]: ...

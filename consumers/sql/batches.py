@@ -15,9 +15,12 @@ block's last round trip can be left to the server while the next block is applie
 Set-based (``collapse``): the changes of a table with a primary key are collapsed to each
 key's net effect (``collapse.py``) and go out as a few statements per table: the keys that
 must be there counted, the gone ones deleted (``IN`` lists, matched rows checked), the kept
-ones upserted (``ON DUPLICATE KEY UPDATE`` on MySQL-family targets, ``ON CONFLICT (key) DO
-UPDATE`` on PostgreSQL) and the new ones inserted (on PostgreSQL by ``COPY ... FROM
-STDIN`` from ``COPY_ROWS`` rows of a table on, after the statements queued before them).
+ones upserted (``ON DUPLICATE KEY UPDATE`` on MySQL-family targets, which counts the rows
+it finds itself, ``ON CONFLICT (key) DO UPDATE`` on PostgreSQL, after a count of their
+keys) and the new ones inserted (on PostgreSQL by ``COPY ... FROM STDIN`` from
+``COPY_ROWS`` rows of a table on, after the statements queued before them). On
+MySQL-family targets the strings of UTF-8 text columns go as hexadecimal literals
+(``render.Template.render_images``).
 Deletes of every table go before upserts of any, upserts before inserts, each in the order
 tables were first touched. Whatever the target refuses in a round trip that holds such
 statements, or in such a COPY (a count that is off, a constraint) raises ``SetRefused``
@@ -47,6 +50,7 @@ from consumers.sql.collapse import (
     TableChanges,
     picker,
 )
+from consumers.sql.config import MYSQL_FAMILY
 from consumers.sql.context import TargetContext
 from consumers.sql.positions import SqlTracking
 from consumers.sql.render import (
@@ -83,6 +87,9 @@ _MULTI_DRIVERS = {("mysql", "pymysql"), ("mariadb", "pymysql"), ("postgresql", "
 LARGE_VALUE_BYTES = 1 << 20
 #: Keys in one ``IN`` list of a set-based statement at most.
 _IN_KEYS = 1000
+#: Around a counted upsert (``BatchWriter._upsert_clause``): the rows it found there.
+_FOUND_RESET = "SET @trep_found = 0"
+_FOUND_READ = "SELECT @trep_found"
 #: New rows of one table in a set-based block from which PostgreSQL gets them by COPY, not
 #: as INSERT text: the server parses no SQL per row (100,000 rows of bench-compare's table:
 #: 0.16 s of server CPU against 0.7-0.8 s as 1,000-row INSERTs) and the client renders
@@ -194,6 +201,9 @@ class _Rendering:
     #: An INSERT's tuple of VALUES taking an after image itself (collapsed rows): each
     #: parameter ``v<i>`` named by its index ``i`` in the image.
     images: Template | None = None
+    #: Per value of ``images``: 4 or 3 where its strings go in hexadecimal (a UTF-8 text
+    #: column of a MariaDB/MySQL target), else 0; None where no value does.
+    hexed: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,9 +375,11 @@ class BatchWriter:
         cursor = client_cursor(self.ctx.local, self.ctx.dialect)
         try:
             literal, special = literals(cursor, self.ctx.dialect)
+            counted = self.ctx.dialect in MYSQL_FAMILY
             for h in held:
-                self._keys_statements(h, "SELECT COUNT(*) FROM", h.changes.must_exist(),
-                                      literal, "count", True)
+                if not counted:
+                    self._keys_statements(h, "SELECT COUNT(*) FROM", h.changes.must_exist(),
+                                          literal, "count", True)
                 self._keys_statements(h, "SELECT COUNT(*) FROM", h.changes.must_not_exist(),
                                       literal, "count", False)
             for h in held:
@@ -376,7 +388,7 @@ class BatchWriter:
             # Kept rows before new ones: a new row may take a unique value a kept one gave up.
             for h in held:
                 self._insert_statements(h, list(h.changes.upserted()), literal, special,
-                                        self._upsert_clause(h))
+                                        self._upsert_clause(h, counted), counted=counted)
             for h in held:
                 left = self._insert_statements(h, list(h.changes.inserted()), literal,
                                                special, "", copy=True,
@@ -424,8 +436,9 @@ class BatchWriter:
                                 RowAction.DELETE if kind == "rows" else None, target,
                                 kind=kind, collapsed=True))
 
-    def _upsert_clause(self, held: _Collapsing) -> str:
-        """What turns a multi-row INSERT into an upsert on the primary key."""
+    def _upsert_clause(self, held: _Collapsing, counted: bool = False) -> str:
+        """What turns a multi-row INSERT into an upsert on the primary key; ``counted``
+        (MySQL family): each row found there adds one to ``@trep_found``."""
         target = held.target
         prep = self.ctx.local.dialect.identifier_preparer
         key = [prep.format_column(target.table.c[k]) for k in held.key]
@@ -437,16 +450,28 @@ class BatchWriter:
                                if rest else " DO NOTHING")
         # Matches any unique key: only tables whose one unique key is the primary key are
         # collapsed on MySQL-family targets (``TargetTables.collapsible``).
-        return " ON DUPLICATE KEY UPDATE " + ", ".join(
-            f"{n} = VALUES({n})" for n in (rest or key))
+        assigned = [f"{n} = VALUES({n})" for n in (rest or key)]
+        if counted:
+            # The server evaluates an ON DUPLICATE KEY UPDATE's values once per row it
+            # found, and a user variable's assignment is an expression: the upsert counts
+            # the rows that were there itself, where a SELECT COUNT(*) of the same keys
+            # before it cost the server about 4.5 us a key (another B-tree descent each).
+            # IF(c, x, x) is x, of x's type.
+            first = (rest or key)[0]
+            assigned[0] = (f"{first} = IF((@trep_found := @trep_found + 1) > 0, "
+                           f"VALUES({first}), VALUES({first}))")
+        return " ON DUPLICATE KEY UPDATE " + ", ".join(assigned)
 
     def _insert_statements(self, held: _Collapsing, rows: list[Image], literal: Literal,
                            special: str | None, clause: str, copy: bool = False,
-                           open_end: bool = False) -> LastCopy | None:
+                           open_end: bool = False, counted: bool = False
+                           ) -> LastCopy | None:
         """Multi-row INSERTs of ``rows`` (after images, with ``clause``; ``literal`` and
         ``special`` from ``render.literals``) queued; ``copy``:
         by COPY where the target takes it (PostgreSQL, ``COPY_ROWS`` rows or more, plain
-        VALUES), only formatted and returned where ``open_end``."""
+        VALUES), only formatted and returned where ``open_end``; ``counted`` (a clause
+        of ``_upsert_clause(counted=True)``): each statement must find all its rows
+        there."""
         if not rows:
             return None
         rendering = self._rendering(Batch(held.target, RowAction.INSERT, held.columns,
@@ -456,9 +481,15 @@ class BatchWriter:
         if copy and rendering.copy is not None and len(rows) >= COPY_ROWS:
             return self._copy(held, rendering.copy, rendering.images.names, rows, open_end)
         prefix, postfix = rendering.around
-        for text in _joined(rendering.images.render_images(rows, literal, special)):
+        for text, n in _joined(rendering.images.render_images(rows, literal, special,
+                                                              rendering.hexed)):
+            if counted:
+                self.enqueue(Queued(_FOUND_RESET, 0, None, held.target, collapsed=True))
             self.enqueue(Queued(prefix + text + postfix + clause, 0, RowAction.INSERT,
                                 held.target, collapsed=True))
+            if counted:
+                self.enqueue(Queued(_FOUND_READ, n, None, held.target, kind="count",
+                                    collapsed=True))
         return None
 
     def execute(self, batch: Batch, check: bool = True) -> None:
@@ -535,8 +566,12 @@ class BatchWriter:
                 plain = row.form == "(" + ", ".join(["%s"] * len(row.names)) + ")"
                 copy = f"COPY {into.group(1)} FROM STDIN" if self.ctx.dialect == \
                     "postgresql" and into is not None and plain and not tail else None
-                found = _Rendering(row, (head, tail), copy,
-                                   row.by_position(lambda name: int(name[1:])))
+                images = row.by_position(lambda name: int(name[1:]))
+                utf8 = batch.target.utf8_text
+                hexed = tuple(utf8.get(batch.columns[at].name, 0) for at in images.names) \
+                    if utf8 else None
+                found = _Rendering(row, (head, tail), copy, images,
+                                   hexed if hexed and any(hexed) else None)
             else:
                 found = _Rendering(Template(sql, order), None)
             self._texts[layout] = found
@@ -561,7 +596,7 @@ class BatchWriter:
                                         batch.action, batch.target))
                 return
             prefix, postfix = rendering.around
-            for text in _joined(row.render_all(batch.params, literal)):
+            for text, _ in _joined(row.render_all(batch.params, literal)):
                 self.enqueue(Queued(prefix + text + postfix, 0, batch.action, batch.target))
         finally:
             cursor.close()
@@ -732,19 +767,19 @@ class BatchWriter:
         self.queued, self.queued_bytes = [], 0
 
 
-def _joined(rows: Iterable[str]) -> Iterator[str]:
+def _joined(rows: Iterable[str]) -> Iterator[tuple[str, int]]:
     """Rows' VALUES tuples joined into texts of about ``_ROUND_TRIP_BYTES`` at most (one
-    row at least)."""
+    row at least), each with its number of rows."""
     parts: list[str] = []
     size = 0
     for text in rows:
         if parts and size + len(text) > _ROUND_TRIP_BYTES:
-            yield ",".join(parts)
+            yield ",".join(parts), len(parts)
             parts, size = [], 0
         parts.append(text)
         size += len(text) + 1
     if parts:
-        yield ",".join(parts)
+        yield ",".join(parts), len(parts)
 
 
 def _holds_large_value(columns: list[ColumnSpec], keys: list[ColumnSpec],

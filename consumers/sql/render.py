@@ -87,12 +87,15 @@ class Template:
         return other
 
     def render_images(self, rows: Sequence[Sequence[object]], literal: Literal,
-                      special: str | None = None) -> list[str]:
+                      special: str | None = None, hexed: tuple[int, ...] | None = None
+                      ) -> list[str]:
         """``render_all`` of sequences (a ``by_position`` template), all of one width.
         ``special``: the characters that make a string ``literal``'s to write (``literals``);
-        given, NULLs, integers and other strings are written by compiled code."""
+        given, NULLs, integers and other strings are written by compiled code, and the
+        strings of the values ``hexed`` marks (MariaDB/MySQL UTF-8 text columns: 4 or 3,
+        ``TargetTable.utf8_text``) in hexadecimal."""
         if special is not None:
-            return _render_images(self.pieces, rows, self.names, special, literal)
+            return _render_images(self.pieces, rows, self.names, special, literal, hexed)
         form, names = self.form, self.names
         return [form % tuple([literal(row[at]) for at in names]) for row in rows]
 

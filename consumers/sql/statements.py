@@ -50,6 +50,10 @@ class TargetTable:
     #: collapsed, or None (``TargetTables.collapsible``).
     collapsible: dict[tuple[object, ...], tuple[str, ...] | None] = field(
         default_factory=dict)
+    #: MariaDB/MySQL text columns in UTF-8, by name: 4 (utf8mb4) or 3 (utf8mb3). Their
+    #: strings may go as hexadecimal literals of their UTF-8 bytes (``consumers.sql.
+    #: _render_rows``).
+    utf8_text: dict[str, int] = field(default_factory=dict)
     table: sa.Table = field(init=False)
 
     def __post_init__(self) -> None:

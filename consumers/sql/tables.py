@@ -18,6 +18,7 @@ from typing import TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects.mysql import SET as MYSQL_SET
 from sqlalchemy.engine.interfaces import ReflectedColumn
 
 from consumers.errors import DataError
@@ -215,7 +216,12 @@ class TargetTables:
         """The target table ``schema.table`` as it is now, its columns keyed by source names
         (``aliases``: source name -> target name); None if there is none."""
         try:
-            columns = sa.inspect(self.ctx.db).get_columns(exact(table), schema=exact(schema))
+            inspector = sa.inspect(self.ctx.db)
+            columns = inspector.get_columns(exact(table), schema=exact(schema))
+            # From the same SHOW CREATE TABLE, cached by the inspector.
+            default_charset = inspector.get_table_options(
+                exact(table), schema=exact(schema)).get("mysql_default charset") \
+                if self.ctx.dialect in MYSQL_FAMILY else None
         except sa_exc.NoSuchTableError:
             return None
         except sa_exc.DBAPIError as exc:
@@ -232,10 +238,14 @@ class TargetTables:
             recorded = ddl.SourceType.from_comment(c.get("comment"))
             if recorded is not None:
                 sources[key(c)] = recorded
+        utf8 = {key(c): width for c in columns
+                if (width := utf8_text(c["type"], default_charset))} \
+            if self.ctx.dialect in MYSQL_FAMILY else {}
         return TargetTable(
             schema, table, {key(c): c["type"] for c in columns},
             {key(c): bool(c["computed"].get("persisted", True))
-             for c in columns if c.get("computed")}, sources, aliases=dict(aliases))
+             for c in columns if c.get("computed")}, sources, aliases=dict(aliases),
+            utf8_text=utf8)
 
     def _create(self, schema: str, name: str, specs: Sequence[ColumnSpec],
                 aliases: dict[str, str], seqno: int) -> TargetTable:
@@ -378,3 +388,19 @@ class TargetTables:
         # SQLAlchemy's MySQL reflection parses SHOW CREATE TABLE and keeps a backtick inside
         # a name doubled (`back``tick` comes back as "back``tick").
         return reflected.replace("``", "`") if self.ctx.dialect in MYSQL_FAMILY else reflected
+
+
+#: MariaDB/MySQL character sets of UTF-8 and the widest character they hold, in bytes.
+_UTF8_CHARSETS = {"utf8mb4": 4, "utf8mb3": 3, "utf8": 3}
+
+
+def utf8_text(column_type: sa.types.TypeEngine[object], default_charset: str | None) -> int:
+    """4 or 3 where a reflected MariaDB/MySQL column is CHAR, VARCHAR or a TEXT type in
+    utf8mb4 or utf8mb3 (its own character set, else the table's ``default_charset``), 0
+    for any other column (ENUM and SET included: their strings are names, not text)."""
+    if not isinstance(column_type, sa.String) or isinstance(column_type, sa.Enum | MYSQL_SET):
+        return 0
+    # NCHAR and NVARCHAR (national) are utf8mb3 in MariaDB and MySQL.
+    national = "utf8mb3" if getattr(column_type, "national", False) else None
+    charset = getattr(column_type, "charset", None) or national or default_charset or ""
+    return _UTF8_CHARSETS.get(charset.lower(), 0)

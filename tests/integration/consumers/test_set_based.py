@@ -148,6 +148,50 @@ def test_a_row_missing_on_the_target_still_stops_the_group_at_its_seqno(
     assert rep.tgt(f"SELECT id, v FROM {s}.acct ORDER BY id") == [(1, 10), (3, 3)]
 
 
+#: Texts of each character set's columns: escapes, quotes, NUL, trailing spaces, empty.
+_TEXTS = ["plain", "é ü ÿ", "'q' \"d\" \\ \n \r \x1a", "", "trailing  ", None,
+          "a%s%%b"]
+_WIDE = ["漢字 ∑", "🎉 party", "x" * 3000]
+
+
+def test_text_of_every_character_set_arrives_exactly_in_new_and_kept_rows(
+        make_replication: Callable[..., Replication]) -> None:
+    """MariaDB gets the strings of its UTF-8 text columns (utf8mb4 and utf8mb3, CHAR,
+    VARCHAR, TEXT, JSON) as hexadecimal literals, and those of other columns (latin1, ENUM)
+    quoted: both, in new rows (INSERT) and in kept ones (the upsert that counts the rows it
+    finds), end equal to the source, and none is refused."""
+    rep = make_replication()
+    s = rep.schema
+    port = _free_port()
+    rep.start(metrics_port=port)
+    rep.src(f"CREATE TABLE {s}.texts (id INT PRIMARY KEY, u4 VARCHAR(3100) CHARSET utf8mb4, "
+            "u3 VARCHAR(40) CHARSET utf8mb3, l1 VARCHAR(40) CHARSET latin1, "
+            "ch CHAR(12) CHARSET utf8mb4, tx TEXT CHARSET utf8mb4, "
+            "e ENUM('plain', 'é ü ÿ', '') CHARSET utf8mb4, j JSON)")
+    rows = [(i, (_TEXTS + _WIDE)[i % 10], _TEXTS[i % 7] if i % 7 != 3 else "漢字",
+             _TEXTS[(i + 1) % 7], (_TEXTS[i % 7] or "")[:12] or None, (_WIDE + _TEXTS)[i % 10],
+             ["plain", "é ü ÿ", "", None][i % 4], '{"k": "é 🎉", "n": [1, 2]}' if i % 2 else None)
+            for i in range(1, 121)]
+    rep.src(f"INSERT INTO {s}.texts VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", params=rows,
+            many=True)
+    rep.wait_source_applied()
+    # One transaction, one block: every row is there and kept, with new texts.
+    rep.src(f"UPDATE {s}.texts SET u4 = CONCAT(COALESCE(u4, 'n'), ' 🎉'), "
+            "u3 = CONCAT('∑ ', COALESCE(u3, '')), l1 = CONCAT(COALESCE(l1, ''), ' ñ'), "
+            "tx = REVERSE(tx), e = 'é ü ÿ', j = NULL WHERE id % 3 = 0",
+            f"UPDATE {s}.texts SET ch = NULL, j = '[\"∑\"]' WHERE id % 3 = 1")
+    rep.wait_source_applied()
+    columns = "id, u4, u3, l1, ch, tx, e, j"
+    if rep.tgt(f"SELECT {columns} FROM {s}.texts ORDER BY id") != rep.src(
+            f"SELECT {columns} FROM {s}.texts ORDER BY id"):
+        raise AssertionError("the MariaDB target differs from the source")
+    pg = rep.pgsql(f'SELECT id, u4, u3, l1, ch, tx, e FROM "{s}".texts ORDER BY id')
+    assert [tuple(r) for r in pg] == rep.src(
+        f"SELECT id, u4, u3, l1, ch, tx, e FROM {s}.texts ORDER BY id")
+    assert _counter(port, "trep_rows_collapsed", "mariadb") >= 120 + 80
+    assert _counter(port, "trep_set_based_refused", "mariadb") == 0
+
+
 #: Texts a COPY must carry as they are: its own escapes, separators and NULL marker too.
 AWKWARD = ["tab\there", "line\nbreak\r\n", "back\\slash \\N \\.", "\\N", "", "é ü 漢字 🎉",
            "'quoted' \"double\"", "x" * 3000, None]

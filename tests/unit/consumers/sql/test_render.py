@@ -206,6 +206,29 @@ def test_compiled_images_equal_the_python_path(driver: list[Any]) -> None:
             assert driver, "no value was left to the driver's literal"
 
 
+def test_strings_of_utf8_text_columns_are_their_utf8_bytes_in_hexadecimal() -> None:
+    """Where a value is marked 4 (utf8mb4) every string is ``X'<UTF-8 bytes>'``, escapes
+    and the empty string included; 3 (utf8mb3) keeps the literal for a string with a
+    character above U+FFFF; 0, a string that UTF-8 cannot hold (a lone surrogate) and every
+    other value stay the literal's."""
+    t = Template("(%(v0)s, %(v1)s, %(v2)s)").by_position(lambda name: int(name[1:]))
+    literal = repr
+    rows: list[list[object]] = [
+        ["a€'\\", "漢", "é"], ["", "\U0001f600 x", "it's"], ["\ud800", None, 7],
+        [None, -3, "plain"], ["\U0001f600", "\U0001f600", b"b"]]
+    got = t.render_images(rows, literal, "'\\", (4, 3, 0))
+    assert got == [
+        "(X'61e282ac275c', X'e6bca2', 'é')",
+        "(X'', " + repr("\U0001f600 x") + ", \"it's\")",
+        "('\\ud800', NULL, 7)",
+        "(NULL, -3, 'plain')",
+        "(X'f09f9880', " + repr("\U0001f600") + ", b'b')"]
+    assert t.render_images(rows, literal, "'\\", (0, 0, 0)) == \
+        t.render_images(rows, literal, "'\\")
+    with pytest.raises(ValueError, match="2 hex marks for 3 values"):
+        t.render_images(rows, literal, "'", (4, 4))
+
+
 def test_pymysql_literals_equal_its_mogrify_for_the_types_it_encodes_directly() -> None:
     """Calendar types included, which are written here, not by PyMySQL's encoders."""
     # Strings and bytes depend on the server's quoting mode (checked against a real server
