@@ -6,3 +6,8 @@ def render_images(pieces: tuple[str, ...], rows: Sequence[Sequence[object]],
                   index: tuple[int, ...], special: str,
                   literal: Callable[[object], str],
                   hexed: tuple[int, ...] | None = None) -> list[str]: ...
+
+def render_joined(pieces: tuple[str, ...], rows: Sequence[Sequence[object]],
+                  index: tuple[int, ...], special: str,
+                  literal: Callable[[object], str], hexed: tuple[int, ...] | None,
+                  limit: int, head: str, tail: str) -> list[tuple[str, int]]: ...

@@ -59,57 +59,121 @@ cdef inline bint _plain(str text, const unsigned char* special):
     return True
 
 
+cdef class _Form:
+    """What every row of one call is rendered with."""
+
+    cdef unsigned char table[128]
+    cdef unsigned char modes[4096]
+    cdef Py_ssize_t n
+    cdef tuple pieces
+    cdef tuple index
+    cdef object literal
+
+    def __init__(self, tuple pieces, tuple index, str special, object literal,
+                 tuple hexed):
+        cdef Py_ssize_t i, j, n = len(index)
+        cdef str text
+        for i in range(128):
+            self.table[i] = 0
+        for text in special:
+            if ord(text) >= 128:
+                raise ValueError("special characters must be ASCII")
+            self.table[ord(text)] = 1
+        if len(pieces) != n + 1:
+            raise ValueError(f"{len(pieces)} pieces for {n} values")
+        if n > 4096:
+            raise ValueError(f"{n} values: at most 4096")
+        if hexed is not None and len(hexed) != n:
+            raise ValueError(f"{len(hexed)} hex marks for {n} values")
+        for j in range(n):
+            self.modes[j] = 0 if hexed is None else <unsigned char> hexed[j]
+        self.n = n
+        self.pieces = pieces
+        self.index = index
+        self.literal = literal
+
+    cdef Py_ssize_t row(self, list parts, object row) except -1:
+        """Append one image's text to ``parts`` in pieces; its length in characters."""
+        cdef Py_ssize_t j, length = 0
+        cdef unsigned char mode
+        cdef object value
+        cdef str text
+        text = self.pieces[0]
+        parts.append(text)
+        length += PyUnicode_GET_LENGTH(text)
+        for j in range(self.n):
+            value = row[<Py_ssize_t> self.index[j]]
+            if value is None:
+                text = "NULL"
+            elif PyUnicode_CheckExact(value):
+                mode = self.modes[j]
+                if mode and (mode == 4 or PyUnicode_KIND(value) != 4):
+                    try:
+                        text = _hex_literal(<str> value)
+                    except UnicodeEncodeError:
+                        text = self.literal(value)
+                elif _plain(<str> value, self.table):
+                    parts.append("'")
+                    parts.append(value)
+                    length += PyUnicode_GET_LENGTH(<str> value) + 1  # the opening quote
+                    text = "'"
+                else:
+                    text = self.literal(value)
+            elif PyLong_CheckExact(value) and _PyLong_Sign(value) >= 0:
+                text = str(value)
+            else:
+                text = self.literal(value)
+            parts.append(text)
+            length += PyUnicode_GET_LENGTH(text)
+            text = self.pieces[j + 1]
+            parts.append(text)
+            length += PyUnicode_GET_LENGTH(text)
+        return length
+
+
 def render_images(tuple pieces, object rows, tuple index, str special, object literal,
                   tuple hexed=None):
     """Each image's text: ``pieces[0]``, the literal of ``image[index[0]]``, ``pieces[1]``
     ... ``pieces[-1]``; a string holding a character of ``special`` (ASCII), or any value
     but None, an int >= 0 or a str, goes to ``literal``. ``hexed``: per value, 4 (or 3)
     where a string is written in hexadecimal (above), 0 where not."""
-    cdef unsigned char table[128]
-    cdef unsigned char modes[4096]
-    cdef Py_ssize_t i, j, n = len(index)
-    cdef unsigned char mode
+    cdef _Form form = _Form(pieces, index, special, literal, hexed)
     cdef list out = []
     cdef list parts
-    cdef object value
-    cdef str text
-    for i in range(128):
-        table[i] = 0
-    for text in special:
-        if ord(text) >= 128:
-            raise ValueError("special characters must be ASCII")
-        table[ord(text)] = 1
-    if len(pieces) != n + 1:
-        raise ValueError(f"{len(pieces)} pieces for {n} values")
-    if n > 4096:
-        raise ValueError(f"{n} values: at most 4096")
-    if hexed is not None and len(hexed) != n:
-        raise ValueError(f"{len(hexed)} hex marks for {n} values")
-    for j in range(n):
-        modes[j] = 0 if hexed is None else <unsigned char> hexed[j]
     for row in rows:
-        parts = [pieces[0]]
-        for j in range(n):
-            value = row[<Py_ssize_t> index[j]]
-            if value is None:
-                parts.append("NULL")
-            elif PyUnicode_CheckExact(value):
-                mode = modes[j]
-                if mode and (mode == 4 or PyUnicode_KIND(value) != 4):
-                    try:
-                        parts.append(_hex_literal(<str> value))
-                    except UnicodeEncodeError:
-                        parts.append(literal(value))
-                elif _plain(<str> value, table):
-                    parts.append("'")
-                    parts.append(value)
-                    parts.append("'")
-                else:
-                    parts.append(literal(value))
-            elif PyLong_CheckExact(value) and _PyLong_Sign(value) >= 0:
-                parts.append(str(value))
-            else:
-                parts.append(literal(value))
-            parts.append(pieces[j + 1])
+        parts = []
+        form.row(parts, row)
         out.append("".join(parts))
+    return out
+
+
+def render_joined(tuple pieces, object rows, tuple index, str special, object literal,
+                  tuple hexed, Py_ssize_t limit, str head, str tail):
+    """``render_images``' texts joined by commas between ``head`` and ``tail``, in
+    statements of rows whose texts (and a comma each) reach ``limit`` characters at most
+    (one row at least); each with its number of rows. Each statement's text is joined
+    once from the rows' pieces: no string per row."""
+    cdef _Form form = _Form(pieces, index, special, literal, hexed)
+    cdef list out = []
+    cdef list parts = [head]
+    cdef list rest
+    cdef Py_ssize_t start, length, size = 0, count = 0
+    for row in rows:
+        start = len(parts)
+        if count:
+            parts.append(",")
+        length = form.row(parts, row)
+        if count and size + length > limit:
+            rest = parts[start + 1:]
+            del parts[start:]
+            parts.append(tail)
+            out.append(("".join(parts), count))
+            parts = [head]
+            parts.extend(rest)
+            size = count = 0
+        size += length + 1
+        count += 1
+    if count:
+        parts.append(tail)
+        out.append(("".join(parts), count))
     return out

@@ -33,7 +33,7 @@ still is.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
@@ -57,6 +57,7 @@ from consumers.sql.render import (
     Literal,
     Template,
     client_cursor,
+    joined,
     literals,
     mysql_literal_parts,
     read_first_answer,
@@ -481,12 +482,12 @@ class BatchWriter:
         if copy and rendering.copy is not None and len(rows) >= COPY_ROWS:
             return self._copy(held, rendering.copy, rendering.images.names, rows, open_end)
         prefix, postfix = rendering.around
-        for text, n in _joined(rendering.images.render_images(rows, literal, special,
-                                                              rendering.hexed)):
+        for sql, n in rendering.images.render_statements(
+                rows, literal, special, rendering.hexed, _ROUND_TRIP_BYTES, prefix,
+                postfix + clause):
             if counted:
                 self.enqueue(Queued(_FOUND_RESET, 0, None, held.target, collapsed=True))
-            self.enqueue(Queued(prefix + text + postfix + clause, 0, RowAction.INSERT,
-                                held.target, collapsed=True))
+            self.enqueue(Queued(sql, 0, RowAction.INSERT, held.target, collapsed=True))
             if counted:
                 self.enqueue(Queued(_FOUND_READ, n, None, held.target, kind="count",
                                     collapsed=True))
@@ -596,7 +597,7 @@ class BatchWriter:
                                         batch.action, batch.target))
                 return
             prefix, postfix = rendering.around
-            for text, _ in _joined(row.render_all(batch.params, literal)):
+            for text, _ in joined(row.render_all(batch.params, literal), _ROUND_TRIP_BYTES):
                 self.enqueue(Queued(prefix + text + postfix, 0, batch.action, batch.target))
         finally:
             cursor.close()
@@ -765,21 +766,6 @@ class BatchWriter:
         self.collapsed = {}
         self.collapsed_rows = 0
         self.queued, self.queued_bytes = [], 0
-
-
-def _joined(rows: Iterable[str]) -> Iterator[tuple[str, int]]:
-    """Rows' VALUES tuples joined into texts of about ``_ROUND_TRIP_BYTES`` at most (one
-    row at least), each with its number of rows."""
-    parts: list[str] = []
-    size = 0
-    for text in rows:
-        if parts and size + len(text) > _ROUND_TRIP_BYTES:
-            yield ",".join(parts), len(parts)
-            parts, size = [], 0
-        parts.append(text)
-        size += len(text) + 1
-    if parts:
-        yield ",".join(parts), len(parts)
 
 
 def _holds_large_value(columns: list[ColumnSpec], keys: list[ColumnSpec],

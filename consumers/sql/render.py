@@ -17,7 +17,7 @@ from __future__ import annotations
 import codecs
 import datetime as dt
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -25,6 +25,7 @@ from pymysql import converters
 from pymysql.constants import COMMAND, SERVER_STATUS
 
 from consumers.sql._render_rows import render_images as _render_images
+from consumers.sql._render_rows import render_joined as _render_joined
 
 #: A parameter of a compiled statement: ``%(name)s`` (named) or ``%s`` (positional).
 _PARAM = re.compile(r"%\((\w+)\)s|%s|%%")
@@ -98,6 +99,33 @@ class Template:
             return _render_images(self.pieces, rows, self.names, special, literal, hexed)
         form, names = self.form, self.names
         return [form % tuple([literal(row[at]) for at in names]) for row in rows]
+
+    def render_statements(self, rows: Sequence[Sequence[object]], literal: Literal,
+                          special: str | None, hexed: tuple[int, ...] | None, limit: int,
+                          head: str, tail: str) -> list[tuple[str, int]]:
+        """``render_images``' texts joined by commas between ``head`` and ``tail``: one
+        statement per run of rows whose texts (a comma each) reach ``limit`` characters at
+        most (one row at least), each with its number of rows."""
+        if special is not None:
+            return _render_joined(self.pieces, rows, self.names, special, literal, hexed,
+                                  limit, head, tail)
+        return [(head + text + tail, n)
+                for text, n in joined(self.render_images(rows, literal), limit)]
+
+
+def joined(texts: Iterable[str], limit: int) -> Iterator[tuple[str, int]]:
+    """Rows' VALUES tuples joined by commas into texts of ``limit`` characters at most (one
+    row at least), each with its number of rows."""
+    parts: list[str] = []
+    size = 0
+    for text in texts:
+        if parts and size + len(text) > limit:
+            yield ",".join(parts), len(parts)
+            parts, size = [], 0
+        parts.append(text)
+        size += len(text) + 1
+    if parts:
+        yield ",".join(parts), len(parts)
 
 
 #: The characters of a string that ``mysql_literal`` escapes (in either quoting mode) and

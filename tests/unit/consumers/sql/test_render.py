@@ -229,6 +229,38 @@ def test_strings_of_utf8_text_columns_are_their_utf8_bytes_in_hexadecimal() -> N
         t.render_images(rows, literal, "'", (4, 4))
 
 
+@pytest.mark.parametrize("limit", [1, 60, 700, 1 << 20])
+def test_statements_of_many_rows_are_their_rows_joined_within_the_limit(limit: int) -> None:
+    """The compiled statements hold the rows' texts in order, joined by commas between
+    the head and the tail, as many as fit ``limit`` characters (one at least), with and
+    without hexadecimal strings."""
+    rng = random.Random(7)
+    alphabet = ["a", " ", "é", "\U0001f600", "'", "\\"]
+    rows: list[list[object]] = [
+        [rng.choice([None, rng.randint(0, 99), -1, Decimal("2.5"),
+                     "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))])
+         for _ in range(3)] for _ in range(400)]
+    t = Template("(%(v2)s, %(v0)s, %(v1)s)").by_position(lambda name: int(name[1:]))
+    for hexed in (None, (4, 0, 3)):
+        texts = t.render_images(rows, repr, "'\\", hexed)
+        got = t.render_statements(rows, repr, "'\\", hexed, limit, "INSERT x VALUES ",
+                                  " ON y")
+        assert [n for _, n in got] and sum(n for _, n in got) == len(rows)
+        at = 0
+        for sql, n in got:
+            assert sql == "INSERT x VALUES " + ",".join(texts[at:at + n]) + " ON y"
+            assert n == 1 or sum(len(x) + 1 for x in texts[at:at + n]) - 1 <= limit
+            # The next row would not have fitted.
+            if at + n < len(rows):
+                assert sum(len(x) + 1 for x in texts[at:at + n + 1]) > limit
+            at += n
+        assert got == [("INSERT x VALUES " + text + " ON y", n)
+                       for text, n in render.joined(texts, limit)]
+    # Without a special set (every value the driver's), the same statements.
+    assert t.render_statements(rows, repr, None, None, 700, "(", ")") == [
+        ("(" + text + ")", n) for text, n in render.joined(t.render_images(rows, repr), 700)]
+
+
 def test_pymysql_literals_equal_its_mogrify_for_the_types_it_encodes_directly() -> None:
     """Calendar types included, which are written here, not by PyMySQL's encoders."""
     # Strings and bytes depend on the server's quoting mode (checked against a real server
