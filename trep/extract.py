@@ -11,6 +11,7 @@ import click
 
 from extractor.errors import ExtractorError
 from extractor.service import Extractor
+from replicator.gc_tuning import tune_for_throughput
 from thl_topics.errors import ThlError
 from thl_topics.producer import ProducerFenced
 from trep.config import ConfigError, load_config
@@ -32,6 +33,7 @@ def main(config_path: Path, verbose: bool) -> None:
     extractor = Extractor(cfg, cfg.extractor)
     signal.signal(signal.SIGTERM, lambda *_: extractor.stop())
     signal.signal(signal.SIGINT, lambda *_: extractor.stop())
+    tune_for_throughput()
     try:
         extractor.run()
     except ProducerFenced as exc:

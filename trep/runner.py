@@ -17,6 +17,7 @@ import click
 from prometheus_client import CollectorRegistry, start_http_server
 
 from consumers.factory import build_runtime
+from replicator.gc_tuning import tune_for_throughput
 from replicator.zk import ZkHealth, connect
 from replicator.zk_metrics import ZkCollector
 from replicator.zk_session_slot import claim_slot
@@ -145,6 +146,7 @@ def main(config_path: Path, extractor: bool, only: tuple[str, ...], no_consumers
         sys.exit(2)
     signal.signal(signal.SIGTERM, lambda *_: runner.stop())
     signal.signal(signal.SIGINT, lambda *_: runner.stop())
+    tune_for_throughput()
     runner.start()
     runner.wait()
     if runner.failures:
