@@ -11,3 +11,7 @@ def render_joined(pieces: tuple[str, ...], rows: Sequence[Sequence[object]],
                   index: tuple[int, ...], special: str,
                   literal: Callable[[object], str], hexed: tuple[int, ...] | None,
                   limit: int, head: str, tail: str) -> list[tuple[str, int]]: ...
+
+def copy_text(rows: Sequence[Sequence[object]], index: tuple[int, ...],
+              dump: Callable[[object], bytes | bytearray | memoryview | None],
+              utf8: bool) -> bytes: ...

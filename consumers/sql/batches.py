@@ -407,7 +407,7 @@ class BatchWriter:
         try:
             last = LastCopy(Queued(sql, len(rows), RowAction.INSERT, held.target, kind="copy",
                                    collapsed=True),
-                            copy_data(cursor, list(map(picker(names), rows))))
+                            copy_data(cursor, rows, names))
         except self._driver_errors as exc:
             raise self._target_error(exc, sql, f"copy into {held.target.qualified}",
                                      collapsed=True) from exc

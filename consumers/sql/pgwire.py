@@ -12,16 +12,19 @@ answers are needed. Nothing else may use the connection until a waiting ``step``
 
 from __future__ import annotations
 
+import codecs
 import enum
-import io
 import select
 from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 from psycopg import errors, pq
-from psycopg.copy import Copy, FileWriter
+from psycopg.abc import Buffer
+from psycopg.adapt import PyFormat, Transformer
 from psycopg.pq.abc import PGconn, PGresult
+
+from consumers.sql._render_rows import copy_text
 
 
 class _Stage(enum.Enum):
@@ -195,14 +198,25 @@ class Answers:
             raise result_error(result, self._encoding)
 
 
-def copy_data(cursor: Any, rows: Sequence[Sequence[object]]) -> bytes:
-    """``rows`` as a text-format COPY's data, by psycopg's formatter and ``cursor``'s
-    adapters (no round trip)."""
-    out = io.BytesIO()
-    with Copy(cursor, binary=False, writer=FileWriter(out)) as copy:
-        for row in rows:
-            copy.write_row(row)
-    return out.getvalue()
+def copy_data(cursor: Any, rows: Sequence[Sequence[object]],
+              index: tuple[int, ...] | None = None) -> bytes:
+    """``rows`` (their values at ``index``, default all) as a text-format COPY's data, as
+    psycopg's ``Copy.write_row`` writes them with ``cursor``'s adapters (no round trip).
+    NULLs, integers and UTF-8 strings are written by compiled code (``_render_rows.
+    copy_text``: 0.25 against psycopg's 0.58 us a row of bench-compare's table); every
+    other value by psycopg's text dumper for its type."""
+    if not rows:
+        return b""
+    if index is None:
+        index = tuple(range(len(rows[0])))
+    transformer = Transformer(cursor)
+    get_dumper = transformer.get_dumper
+
+    def dump(value: object) -> Buffer | None:
+        return get_dumper(value, PyFormat.TEXT).dump(value)
+
+    utf8 = codecs.lookup(cursor.connection.info.encoding).name == "utf-8"
+    return copy_text(rows, index, dump, utf8)
 
 
 def result_error(result: PGresult, encoding: str) -> psycopg.Error:
