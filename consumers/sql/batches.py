@@ -14,13 +14,13 @@ block's last round trip can be left to the server while the next block is applie
 
 Set-based (``collapse``): the changes of a table with a primary key are collapsed to each
 key's net effect (``collapse.py``) and go out as a few statements per table: the keys that
-must be there counted, the gone ones deleted (``IN`` lists, matched rows checked), the kept
-ones upserted (``ON DUPLICATE KEY UPDATE`` on MySQL-family targets, which counts the rows
-it finds itself, ``ON CONFLICT (key) DO UPDATE`` on PostgreSQL, after a count of their
-keys) and the new ones inserted (on PostgreSQL by ``COPY ... FROM STDIN`` from
-``COPY_ROWS`` rows of a table on, after the statements queued before them). On
-MySQL-family targets the strings of UTF-8 text columns go as hexadecimal literals
-(``render.Template.render_images``).
+must not be there (inserted and deleted again) counted, the gone ones deleted (``IN``
+lists, matched rows checked), the kept ones upserted (``ON DUPLICATE KEY UPDATE`` on
+MySQL-family targets, which counts the rows it finds itself, ``ON CONFLICT (key) DO
+UPDATE`` on PostgreSQL, after a count of their keys) and the new ones inserted (on
+PostgreSQL by ``COPY ... FROM STDIN`` from ``COPY_ROWS`` rows of a table on, after the
+statements queued before them). On MySQL-family targets the strings of UTF-8 text columns
+go as hexadecimal literals (``render.Template.render_images``).
 Deletes of every table go before upserts of any, upserts before inserts, each in the order
 tables were first touched. Whatever the target refuses in a round trip that holds such
 statements, or in such a COPY (a count that is off, a constraint) raises ``SetRefused``
