@@ -37,7 +37,7 @@ PYSPARK := $(shell sed -n 's/^ *"pyspark==\([^"]*\)",.*/\1/p' pyproject.toml)
 # does not by default, and with PYTHONDONTWRITEBYTECODE set (as on these machines) nothing
 # else writes it, so every process compiled SQLAlchemy, pydantic, kazoo... from source at
 # each start: 0.9-1.1 s of a consumer group's start-up on this machine.
-$(STAMP): pyproject.toml setup.py $(wildcard */*.pyx */*/*.pyx)
+$(STAMP): pyproject.toml setup.py $(wildcard */*.pyx */*/*.pyx */*.pxd)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11) and "Python 3.11 is required")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q uv==$(UV_VERSION)

@@ -9,9 +9,10 @@ Python path, which writes it as fastavro would.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.mem cimport PyMem_Free
 from libc.stdint cimport int64_t, uint64_t, uint8_t
-from libc.string cimport memcpy
+
+from thl_topics._byte_buffer cimport Buffer, new, put, reserve
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
@@ -23,30 +24,10 @@ cdef extern from "Python.h":
     long long PyLong_AsLongLongAndOverflow(object o, int* overflow) except? -1
 
 
-cdef struct Buffer:
-    uint8_t* data
-    Py_ssize_t size
-    Py_ssize_t cap
-
-
-cdef int _reserve(Buffer* b, Py_ssize_t more) except -1:
-    cdef Py_ssize_t cap
-    cdef uint8_t* grown
-    if b.size + more <= b.cap:
-        return 0
-    cap = max(b.cap * 2, b.size + more)
-    grown = <uint8_t*> PyMem_Realloc(b.data, cap)
-    if grown == NULL:
-        raise MemoryError()
-    b.data = grown
-    b.cap = cap
-    return 0
-
-
 cdef int _long(Buffer* b, int64_t value) except -1:
     """Zigzag varint of a signed 64-bit value."""
     cdef uint64_t n = (<uint64_t> value << 1) ^ <uint64_t> (value >> 63)
-    _reserve(b, 10)
+    reserve(b, 10)
     while n >= 0x80:
         b.data[b.size] = <uint8_t> ((n & 0x7F) | 0x80)
         b.size += 1
@@ -56,21 +37,14 @@ cdef int _long(Buffer* b, int64_t value) except -1:
     return 0
 
 
-cdef int _put(Buffer* b, const void* data, Py_ssize_t n) except -1:
-    _reserve(b, n)
-    memcpy(b.data + b.size, data, n)
-    b.size += n
-    return 0
-
-
 cdef int _raw(Buffer* b, const char* data, Py_ssize_t n) except -1:
     """Avro bytes/string: the length, then the bytes."""
     _long(b, n)
-    return _put(b, data, n)
+    return put(b, data, n)
 
 
 cdef int _byte(Buffer* b, uint8_t value) except -1:
-    _reserve(b, 1)
+    reserve(b, 1)
     b.data[b.size] = value
     b.size += 1
     return 0
@@ -86,11 +60,7 @@ def encode_rows(rows, big_long):
     cdef int overflow
     cdef long long value_ll
     cdef bytes big
-    b.data = <uint8_t*> PyMem_Malloc(256)
-    if b.data == NULL:
-        raise MemoryError()
-    b.size = 0
-    b.cap = 256
+    new(&b, 256)
     try:
         if not rows:
             _byte(&b, 0)
@@ -110,7 +80,7 @@ def encode_rows(rows, big_long):
                         _byte(&b, 2)
                         if overflow:
                             big = big_long(value)
-                            _put(&b, PyBytes_AS_STRING(big), PyBytes_GET_SIZE(big))
+                            put(&b, PyBytes_AS_STRING(big), PyBytes_GET_SIZE(big))
                         else:
                             _long(&b, value_ll)
                     elif PyUnicode_CheckExact(value):
@@ -123,7 +93,7 @@ def encode_rows(rows, big_long):
                     elif PyFloat_CheckExact(value):
                         d = PyFloat_AS_DOUBLE(value)
                         _byte(&b, 4)
-                        _put(&b, &d, 8)  # little-endian hosts only (x86, arm)
+                        put(&b, &d, 8)  # little-endian hosts only (x86, arm)
                     else:
                         raise TypeError(f"no THL union branch for {type(value).__name__}: "
                                         f"{value!r}")

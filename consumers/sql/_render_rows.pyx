@@ -183,69 +183,34 @@ cdef extern from "Python.h":
     object PyBytes_FromStringAndSize(const char* v, Py_ssize_t n)
     int PyBytes_AsStringAndSize(object o, char** buffer, Py_ssize_t* length) except -1
 
-from libc.stdlib cimport malloc, realloc, free
-from libc.string cimport memcpy
+from cpython.mem cimport PyMem_Free
 
-cdef class _Out:
-    """A growing byte buffer."""
+from thl_topics._byte_buffer cimport Buffer, new, put, reserve
 
-    cdef char* data
-    cdef Py_ssize_t size
-    cdef Py_ssize_t used
 
-    def __cinit__(self, Py_ssize_t size):
-        self.size = max(size, 64)
-        self.used = 0
-        self.data = <char*> malloc(self.size)
-        if self.data == NULL:
-            raise MemoryError()
-
-    def __dealloc__(self):
-        free(self.data)
-
-    cdef int room(self, Py_ssize_t n) except -1:
-        cdef Py_ssize_t size = self.size
-        cdef char* grown
-        if self.used + n <= size:
-            return 0
-        while self.used + n > size:
-            size *= 2
-        grown = <char*> realloc(self.data, size)
-        if grown == NULL:
-            raise MemoryError()
-        self.data = grown
-        self.size = size
-        return 0
-
-    cdef int put(self, const char* src, Py_ssize_t n) except -1:
-        self.room(n)
-        memcpy(self.data + self.used, src, n)
-        self.used += n
-        return 0
-
-    cdef int escaped(self, const unsigned char* src, Py_ssize_t n) except -1:
-        """``src`` as a COPY text field: backspace, tab, newline, vertical tab, form feed,
-        carriage return and backslash as psycopg escapes them."""
-        cdef Py_ssize_t i
-        cdef unsigned char c
-        cdef char* out
-        self.room(2 * n)
-        out = self.data + self.used
-        for i in range(n):
-            c = src[i]
-            if c == 92:
-                out[0] = 92
-                out[1] = 92
-                out += 2
-            elif 8 <= c <= 13:
-                out[0] = 92
-                out[1] = b"btnvfr"[c - 8]
-                out += 2
-            else:
-                out[0] = <char> c
-                out += 1
-        self.used = out - self.data
-        return 0
+cdef int _escaped(Buffer* b, const unsigned char* src, Py_ssize_t n) except -1:
+    """``src`` as a COPY text field: backspace, tab, newline, vertical tab, form feed,
+    carriage return and backslash as psycopg escapes them."""
+    cdef Py_ssize_t i
+    cdef unsigned char c
+    cdef unsigned char* out
+    reserve(b, 2 * n)
+    out = b.data + b.size
+    for i in range(n):
+        c = src[i]
+        if c == 92:
+            out[0] = 92
+            out[1] = 92
+            out += 2
+        elif 8 <= c <= 13:
+            out[0] = 92
+            out[1] = b"btnvfr"[c - 8]
+            out += 2
+        else:
+            out[0] = c
+            out += 1
+    b.size = out - b.data
+    return 0
 
 
 def copy_text(object rows, tuple index, object dump, bint utf8):
@@ -255,39 +220,43 @@ def copy_text(object rows, tuple index, object dump, bint utf8):
     the connection's encoding is UTF-8 (``utf8``) and they hold no U+0000 (psycopg's
     error for it comes from ``dump``); ``dump(value)`` gives the bytes of psycopg's text
     dumper for every other value (None: NULL)."""
-    cdef _Out out = _Out(4096)
+    cdef Buffer out
     cdef Py_ssize_t j, n = len(index), size
     cdef const char* text
     cdef char* raw
     cdef object value, dumped
     cdef bytes digits
-    for row in rows:
-        for j in range(n):
-            if j:
-                out.put("\t", 1)
-            value = row[<Py_ssize_t> index[j]]
-            if value is None:
-                out.put("\\N", 2)
-                continue
-            if PyLong_CheckExact(value):
-                digits = str(value).encode("ascii")
-                PyBytes_AsStringAndSize(digits, &raw, &size)
-                out.put(raw, size)
-                continue
-            if utf8 and PyUnicode_CheckExact(value) and "\x00" not in <str> value:
-                try:
-                    text = PyUnicode_AsUTF8AndSize(value, &size)
-                except UnicodeEncodeError:
-                    pass  # a lone surrogate: psycopg's dumper says what is wrong
-                else:
-                    out.escaped(<const unsigned char*> text, size)
+    new(&out, 4096)
+    try:
+        for row in rows:
+            for j in range(n):
+                if j:
+                    put(&out, "\t", 1)
+                value = row[<Py_ssize_t> index[j]]
+                if value is None:
+                    put(&out, "\\N", 2)
                     continue
-            dumped = dump(value)
-            if dumped is None:  # a dumper may write a value as NULL, as psycopg does
-                out.put("\\N", 2)
-                continue
-            dumped = bytes(dumped)
-            PyBytes_AsStringAndSize(dumped, &raw, &size)
-            out.escaped(<const unsigned char*> raw, size)
-        out.put("\n", 1)
-    return PyBytes_FromStringAndSize(out.data, out.used)
+                if PyLong_CheckExact(value):
+                    digits = str(value).encode("ascii")
+                    PyBytes_AsStringAndSize(digits, &raw, &size)
+                    put(&out, raw, size)
+                    continue
+                if utf8 and PyUnicode_CheckExact(value) and "\x00" not in <str> value:
+                    try:
+                        text = PyUnicode_AsUTF8AndSize(value, &size)
+                    except UnicodeEncodeError:
+                        pass  # a lone surrogate: psycopg's dumper says what is wrong
+                    else:
+                        _escaped(&out, <const unsigned char*> text, size)
+                        continue
+                dumped = dump(value)
+                if dumped is None:  # a dumper may write a value as NULL, as psycopg does
+                    put(&out, "\\N", 2)
+                    continue
+                dumped = bytes(dumped)
+                PyBytes_AsStringAndSize(dumped, &raw, &size)
+                _escaped(&out, <const unsigned char*> raw, size)
+            put(&out, "\n", 1)
+        return PyBytes_FromStringAndSize(<const char*> out.data, out.size)
+    finally:
+        PyMem_Free(out.data)

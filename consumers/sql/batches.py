@@ -389,7 +389,7 @@ class BatchWriter:
             # Kept rows before new ones: a new row may take a unique value a kept one gave up.
             for h in held:
                 self._insert_statements(h, list(h.changes.upserted()), literal, special,
-                                        self._upsert_clause(h, counted), counted=counted)
+                                        self._upsert_clause(h), counted=counted)
             for h in held:
                 left = self._insert_statements(h, list(h.changes.inserted()), literal,
                                                special, "", copy=True,
@@ -437,9 +437,9 @@ class BatchWriter:
                                 RowAction.DELETE if kind == "rows" else None, target,
                                 kind=kind, collapsed=True))
 
-    def _upsert_clause(self, held: _Collapsing, counted: bool = False) -> str:
-        """What turns a multi-row INSERT into an upsert on the primary key; ``counted``
-        (MySQL family): each row found there adds one to ``@trep_found``."""
+    def _upsert_clause(self, held: _Collapsing) -> str:
+        """What turns a multi-row INSERT into an upsert on the primary key; on MySQL-family
+        targets each row found there adds one to ``@trep_found``."""
         target = held.target
         prep = self.ctx.local.dialect.identifier_preparer
         key = [prep.format_column(target.table.c[k]) for k in held.key]
@@ -451,17 +451,15 @@ class BatchWriter:
                                if rest else " DO NOTHING")
         # Matches any unique key: only tables whose one unique key is the primary key are
         # collapsed on MySQL-family targets (``TargetTables.collapsible``).
-        assigned = [f"{n} = VALUES({n})" for n in (rest or key)]
-        if counted:
-            # The server evaluates an ON DUPLICATE KEY UPDATE's values once per row it
-            # found, and a user variable's assignment is an expression: the upsert counts
-            # the rows that were there itself, where a SELECT COUNT(*) of the same keys
-            # before it cost the server about 4.5 us a key (another B-tree descent each).
-            # IF(c, x, x) is x, of x's type.
-            first = (rest or key)[0]
-            assigned[0] = (f"{first} = IF((@trep_found := @trep_found + 1) > 0, "
-                           f"VALUES({first}), VALUES({first}))")
-        return " ON DUPLICATE KEY UPDATE " + ", ".join(assigned)
+        # The server evaluates an ON DUPLICATE KEY UPDATE's values once per row it found,
+        # and a user variable's assignment is an expression: the upsert counts the rows
+        # that were there itself, where a SELECT COUNT(*) of the same keys before it cost
+        # the server about 4.5 us a key (another B-tree descent each). IF(c, x, x) is x, of
+        # x's type.
+        first, *others = rest or key
+        return (f" ON DUPLICATE KEY UPDATE {first} = IF((@trep_found := @trep_found + 1) > 0, "
+                f"VALUES({first}), VALUES({first}))"
+                + "".join(f", {n} = VALUES({n})" for n in others))
 
     def _insert_statements(self, held: _Collapsing, rows: list[Image], literal: Literal,
                            special: str | None, clause: str, copy: bool = False,
@@ -470,9 +468,8 @@ class BatchWriter:
         """Multi-row INSERTs of ``rows`` (after images, with ``clause``; ``literal`` and
         ``special`` from ``render.literals``) queued; ``copy``:
         by COPY where the target takes it (PostgreSQL, ``COPY_ROWS`` rows or more, plain
-        VALUES), only formatted and returned where ``open_end``; ``counted`` (a clause
-        of ``_upsert_clause(counted=True)``): each statement must find all its rows
-        there."""
+        VALUES), only formatted and returned where ``open_end``; ``counted`` (a MySQL-family
+        ``_upsert_clause``): each statement must find all its rows there."""
         if not rows:
             return None
         rendering = self._rendering(Batch(held.target, RowAction.INSERT, held.columns,
@@ -569,10 +566,9 @@ class BatchWriter:
                     "postgresql" and into is not None and plain and not tail else None
                 images = row.by_position(lambda name: int(name[1:]))
                 utf8 = batch.target.utf8_text
-                hexed = tuple(utf8.get(batch.columns[at].name, 0) for at in images.names) \
-                    if utf8 else None
+                hexed = tuple(utf8.get(batch.columns[at].name, 0) for at in images.names)
                 found = _Rendering(row, (head, tail), copy, images,
-                                   hexed if hexed and any(hexed) else None)
+                                   hexed if any(hexed) else None)
             else:
                 found = _Rendering(Template(sql, order), None)
             self._texts[layout] = found

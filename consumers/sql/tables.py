@@ -238,9 +238,9 @@ class TargetTables:
             recorded = ddl.SourceType.from_comment(c.get("comment"))
             if recorded is not None:
                 sources[key(c)] = recorded
+        # Empty on other dialects: their reflected types have no character set.
         utf8 = {key(c): width for c in columns
-                if (width := utf8_text(c["type"], default_charset))} \
-            if self.ctx.dialect in MYSQL_FAMILY else {}
+                if (width := utf8_text(c["type"], default_charset))}
         return TargetTable(
             schema, table, {key(c): c["type"] for c in columns},
             {key(c): bool(c["computed"].get("persisted", True))
