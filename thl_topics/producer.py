@@ -7,6 +7,7 @@ the same service, so a stale extractor that lost its lock can no longer write th
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,6 +47,9 @@ class ThlProducer:
         #: Fragments published in chunks by this producer (for tests and metrics).
         self.chunked = 0
         self._errors: list[KafkaError] = []
+        #: Records produced, and delivery reports served, in the open transaction.
+        self._produced = 0
+        self._reported = 0
         settings, self._watch = watched(kafka)
         self._settings = settings
         conf = {
@@ -88,6 +92,7 @@ class ThlProducer:
         return producer_error(self.topic, err, self._settings)
 
     def _delivered(self, err: KafkaError | None, _msg: object) -> None:
+        self._reported += 1
         # Records purged by an abort report an error too; they were meant to vanish.
         if err is not None and err.code() not in (KafkaError._PURGE_QUEUE,
                                                   KafkaError._PURGE_INFLIGHT):
@@ -98,6 +103,7 @@ class ThlProducer:
         if not self._in_txn:
             self._call(self._producer.begin_transaction)
             self._in_txn = True
+            self._produced = self._reported = 0
         value = self.codec.encode(event)
         if len(value) <= self.chunk_bytes:
             self._produce(record_key(event.seqno, event.fragno), value,
@@ -126,6 +132,7 @@ class ThlProducer:
             try:
                 self._producer.produce(self.topic, value=value, key=key, partition=0,
                                        headers=headers, on_delivery=self._delivered)
+                self._produced += 1
                 return
             except BufferError:
                 # The local queue is full: let deliveries drain, then try again.
@@ -154,6 +161,7 @@ class ThlProducer:
     def abort(self) -> None:
         """Abort the open transaction (nothing of it becomes visible to read_committed)."""
         if self._in_txn:
+            self._await_first_report()
             self._in_txn = False
             self._errors.clear()
             self._call(self._producer.abort_transaction, self.timeout)
@@ -161,6 +169,23 @@ class ThlProducer:
                 self._producer.poll(0)  # serve the purged records' callbacks now
             except KafkaException as exc:
                 log.debug("%s: after abort: %s", self.topic, exc)
+
+    def _await_first_report(self) -> None:
+        """Wait (bounded) until the coordinator surely knows the transaction is ongoing.
+
+        librdkafka sends EndTxn once its AddPartitionsToTxn request is *sent*, not answered
+        (confluentinc/librdkafka#4849): an abort right behind the transaction's first records
+        can reach the coordinator first, which refuses it with INVALID_TXN_STATE, a fatal
+        error that kills the producer. A record is acknowledged only once its partition is
+        registered, so one delivery report (success or error) closes that window. If none
+        comes in time (broker down), abort anyway: it fails or times out as it would have.
+        """
+        deadline = time.monotonic() + self.timeout
+        while self._produced and not self._reported and time.monotonic() < deadline:
+            try:
+                self._producer.poll(0.05)
+            except KafkaException:
+                return  # fatal already: abort_transaction reports it
 
     def close(self) -> None:
         self._producer.flush(self.timeout)
