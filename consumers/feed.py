@@ -128,8 +128,11 @@ class ThlFeed:
 
     def seek(self, seqno: int) -> None:
         """Read from the first record of ``seqno`` (a search over offsets, ``offset_search``)."""
+        last = self._last
+        # Offsets grow with seqnos: past the handshake's record, only later ones are kept.
+        after = last.offset + 1 if last is not None and last.seqno < seqno else 0
         try:
-            offset = self._reader.offset_of(seqno)
+            offset = self._reader.offset_of(seqno, after=after)
         except ThlError as exc:
             raise _consumer_error(self.topic, exc) from exc
         try:

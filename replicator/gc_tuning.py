@@ -11,7 +11,8 @@ visits the rest), for no cycle found.
 So, once a process has started: the objects that live as long as it does (modules, classes,
 configuration, the components) are moved out of the collector's sight (``gc.freeze``), and
 the youngest generation is walked every ``GEN0_THRESHOLD`` container allocations. Cycles
-are still collected, in fewer passes."""
+are still collected, in fewer passes. No full collection first: after a group's imports it
+found 5 unreachable objects among 71,000 and cost 44 ms of the start (2026-12-02)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ GEN0_THRESHOLD = 50_000
 def tune_for_throughput() -> None:
     """Freeze what exists now and walk the youngest generation less often (call once the
     process has started, before its work)."""
-    gc.collect()
     gc.freeze()
     _, middle, oldest = gc.get_threshold()
     gc.set_threshold(GEN0_THRESHOLD, middle, oldest)

@@ -149,9 +149,11 @@ class ThlReader:
         except (KafkaException, RuntimeError) as exc:  # closed, or the broker is away
             log.debug("THL topic %s: unassigning the reader: %s", self.topic, exc)
 
-    def offset_of(self, seqno: int, fragno: int = 0) -> int:
+    def offset_of(self, seqno: int, fragno: int = 0, after: int = 0) -> int:
         """The offset of the first record at or after fragment ``fragno`` of ``seqno`` (the
-        high watermark if none).
+        high watermark if none); ``after``: an offset known to hold, or to follow, only
+        records before it (a restart knows the one of its stored position: one probe then
+        finds the next seqno instead of a search from the topic's start).
 
         A search over offsets (``offset_search``): the partition's offsets grow with seqno,
         and probing an offset returns the next record kept, so compaction gaps and
@@ -165,7 +167,8 @@ class ThlReader:
 
         low, high = self.watermarks()
         try:
-            lo = offset_search.search((seqno, fragno), low, high, probe)
+            lo = offset_search.search((seqno, fragno), min(max(low, after), high), high,
+                                      probe)
         finally:
             self._park()
         # lo may be a transaction marker or an aborted record: report the record itself

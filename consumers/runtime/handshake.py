@@ -118,8 +118,8 @@ class Handshake:
                     raise GoOffline
                 control.wakeup.wait(0.5)
         same = (rec.seqno, rec.fragno) == (stored.seqno, stored.fragno)
-        kept = feed.first_seqno()
-        if not same and kept is not None and kept > stored.seqno:
+        kept = None if same else feed.first_seqno()  # a look-up only a miss needs
+        if kept is not None and kept > stored.seqno:
             raise Purged(
                 f"seqno {stored.seqno + 1}, the next one this group needs, was purged from "
                 f"the THL topic {self.topic} (it starts at seqno {kept}). "

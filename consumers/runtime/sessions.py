@@ -56,11 +56,9 @@ class Sessions:
                 # One after the other: channel 0 creates the tracking schema.
                 applier.connect()
             start = self._handshake.start(feed)
-            if start is not None:
-                feed.seek(start)
-            else:
-                first = control.wait_for(feed.first_seqno)
-                feed.seek(first)
+            # No start: the handshake found the THL starting at seqno 0 (else the group
+            # would have to be provisioned), and reads it from there.
+            feed.seek(0 if start is None else start)
             self.group.prep.start_session()
             control.status.pendingExceptionMessage = "NONE"
             control.set_state(State.ONLINE)

@@ -44,6 +44,8 @@ def test_offset_of_finds_every_seqno_across_markers_and_aborts(kafka: Kafka,
         assert sorted(offsets_of_seqno) == list(range(seqno))
         for s, offset in offsets_of_seqno.items():
             assert reader.offset_of(s) == offset
+            if s:  # from just past the seqno before it (a restart's stored position)
+                assert reader.offset_of(s, after=offsets_of_seqno[s - 1] + 1) == offset
         assert reader.offset_of(seqno + 100) == reader.watermarks()[1]
         tail = reader.tail()
         assert tail is not None and (tail.seqno, tail.fragno) == (seqno - 1, 1)
