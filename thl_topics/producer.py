@@ -27,8 +27,15 @@ _FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PR
 
 
 class ProducerFenced(ThlError):
-    """Another extractor of this service took over (or the producer is otherwise fatal):
-    this one must stop writing."""
+    """Another extractor of this service took over (or the producer is fatal for a reason
+    librdkafka no longer names): this one must stop writing."""
+
+
+class ProducerFatal(ThlUnavailable):
+    """The producer hit a fatal error that is not a fencing (an INVALID_TXN_STATE, say): it
+    can never write again, but a new producer of the same transactional id can, once its
+    ``init_transactions`` has aborted what this one left open; the extractor starts over
+    from the THL tail, as after a crash."""
 
 
 class ThlProducer:
@@ -89,6 +96,9 @@ class ThlProducer:
                 pass
         if self._watch.failure is not None:
             return self._watch.failure
+        cause = self._watch.last
+        if err.code() == KafkaError._FATAL and cause is not None and cause.fatal():
+            err = cause  # "Local: Fatal error" names no cause; the error callback had it
         return producer_error(self.topic, err, self._settings)
 
     def _delivered(self, err: KafkaError | None, _msg: object) -> None:
@@ -199,10 +209,14 @@ def producer_error(topic: str, err: KafkaError,
         return access_error(settings or {}, err)
     if err.code() in _FENCED:
         return ProducerFenced(f"{topic}: producer fenced by a newer extractor: {err.str()}")
-    if err.code() == KafkaError._FATAL or err.fatal():
+    if err.code() == KafkaError._FATAL:
         # Once the producer is fatal (fenced, most often, reported by a background
         # delivery), produce() only says "Local: Fatal error": it can never write again.
         return ProducerFenced(f"{topic}: the transactional producer is in a fatal state "
                               f"(fenced by a newer extractor?): {err.str()}")
+    if err.fatal():
+        return ProducerFatal(f"{topic}: the transactional producer failed for good "
+                             f"({err.str()}); starting over with a new one from the THL's "
+                             "tail")
     kind = ThlUnavailable if is_passing(err) else ThlError
     return kind(f"{topic}: {err.str()}")

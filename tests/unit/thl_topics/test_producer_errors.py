@@ -6,7 +6,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from thl_topics.errors import KafkaAccessError, ThlError, ThlUnavailable
-from thl_topics.producer import ProducerFenced, producer_error
+from thl_topics.producer import ProducerFatal, ProducerFenced, producer_error
 
 
 @pytest.mark.parametrize("err", [
@@ -20,6 +20,18 @@ def test_fenced_or_fatal_producers_can_never_write_again(err: KafkaError) -> Non
     mapped = producer_error("thl.s", err)
     assert isinstance(mapped, ProducerFenced)
     assert str(mapped).startswith("thl.s: ")
+
+
+def test_another_fatal_error_starts_over_with_a_new_producer() -> None:
+    # An abort that overtook its transaction's registration (confluentinc/librdkafka#4849):
+    # the producer is dead, nobody else took over; a new producer can go on.
+    err = KafkaError(KafkaError.INVALID_TXN_STATE, "Failed to end transaction", fatal=True)
+    mapped = producer_error("thl.s", err)
+    assert type(mapped) is ProducerFatal
+    assert isinstance(mapped, ThlUnavailable)  # transient: the extractor starts over
+    assert "INVALID_TXN_STATE" in str(mapped) or "Failed to end transaction" in str(mapped)
+    assert not isinstance(producer_error("thl.s", KafkaError(KafkaError.INVALID_TXN_STATE)),
+                          ProducerFatal)  # not fatal: an error of this transaction only
 
 
 def test_a_broker_away_is_unavailable_and_a_refusal_is_an_error() -> None:
