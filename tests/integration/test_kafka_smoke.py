@@ -9,12 +9,14 @@ from confluent_kafka.admin import ConfigResource, NewTopic  # type: ignore[attr-
 
 from stack.services.kafka import Kafka
 
+from .kafka_topics import create_served
+
 
 def test_compacted_topic_transactions_and_headers(kafka: Kafka) -> None:
     admin = kafka.admin()
     topic = f"smoke.{uuid.uuid4().hex[:8]}"
-    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1, config={
-        "cleanup.policy": "compact", "max.message.bytes": "4194304"})])[topic].result(30)
+    create_served(admin, NewTopic(topic, num_partitions=1, replication_factor=1, config={
+        "cleanup.policy": "compact", "max.message.bytes": "4194304"}))
     try:
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
         entries = admin.describe_configs([resource])[resource].result(30)

@@ -18,6 +18,8 @@ from consumers.changes.readback import ChangeReader, materialize
 from consumers.changes.records import ROW_HEADER, SEQNO_HEADER
 from stack.service import Service
 
+from ...kafka_topics import create_served
+
 PARTITIONS = 3
 
 
@@ -25,7 +27,7 @@ PARTITIONS = 3
 def topic(kafka: Service) -> Iterator[str]:
     name = f"reader-{uuid.uuid4().hex[:10]}"
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{kafka.port}"})
-    admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(30)
+    create_served(admin, NewTopic(name, PARTITIONS, 1))
     yield name
     admin.delete_topics([name])[name].result(30)
 
