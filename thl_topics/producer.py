@@ -171,16 +171,19 @@ class ThlProducer:
     def abort(self) -> None:
         """Abort the open transaction (nothing of it becomes visible to read_committed)."""
         if self._in_txn:
-            self._await_first_report()
+            # One timeout for both steps: with Kafka down, a stop waits no longer than before.
+            deadline = time.monotonic() + self.timeout
+            self._await_first_report(deadline)
             self._in_txn = False
             self._errors.clear()
-            self._call(self._producer.abort_transaction, self.timeout)
+            self._call(self._producer.abort_transaction,
+                       max(1.0, deadline - time.monotonic()))
             try:
                 self._producer.poll(0)  # serve the purged records' callbacks now
             except KafkaException as exc:
                 log.debug("%s: after abort: %s", self.topic, exc)
 
-    def _await_first_report(self) -> None:
+    def _await_first_report(self, deadline: float) -> None:
         """Wait (bounded) until the coordinator surely knows the transaction is ongoing.
 
         librdkafka sends EndTxn once its AddPartitionsToTxn request is *sent*, not answered
@@ -190,7 +193,6 @@ class ThlProducer:
         registered, so one delivery report (success or error) closes that window. If none
         comes in time (broker down), abort anyway: it fails or times out as it would have.
         """
-        deadline = time.monotonic() + self.timeout
         while self._produced and not self._reported and time.monotonic() < deadline:
             try:
                 self._producer.poll(0.05)
