@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from replicator.state import State
-from thl_topics.event import RowChange, ThlEvent
 
 _LABELS = ("service", "group")
 
@@ -157,8 +156,9 @@ class ConsumerMetrics:
         """Set-based blocks refused by the target: they go again, in order."""
         self._f.set_refused.labels(*self._values).inc(blocks)
 
-    def rows(self, event: ThlEvent) -> None:
-        self._rows.inc(sum(item.row_count for item in event.data if isinstance(item, RowChange)))
+    def rows(self, rows: int) -> None:
+        """A fragment of ``rows`` row changes went into a block."""
+        self._rows.inc(rows)
 
     def applied(self, events: int, last_seqno: int, latency: float) -> None:
         """A block of ``events`` seqnos committed, up to ``last_seqno``."""

@@ -130,6 +130,11 @@ class ThlEvent:
     metadata: dict[str, str] = field(default_factory=dict)
     data: list[DataItem] = field(default_factory=list)
 
+    @property
+    def row_count(self) -> int:
+        """The rows of the fragment's row changes."""
+        return sum(item.row_count for item in self.data if isinstance(item, RowChange))
+
     def to_avro(self) -> dict[str, Any]:
         """The record fastavro writes (unions of records are tagged by name)."""
         return {

@@ -33,24 +33,39 @@ from consumers.applier import Applier, BlockLimits, PendingCommit, Pipelined
 from consumers.errors import ConsumerError
 from consumers.position import Position
 from replicator import crashpoints
-from thl_topics.event import RowChange, ThlEvent
+from thl_topics.event import ThlEvent
 
 log = logging.getLogger(__package__)
 
 
 @dataclass
 class Block:
-    """The open block: positions of its whole seqnos, and what counts against its limits."""
+    """The open block: how many whole seqnos it holds, the last one's event (its position is
+    made once, at the commit: one per seqno was a measurable share of a block's CPU), and
+    what counts against its limits."""
 
-    positions: list[Position] = field(default_factory=list)
+    seqnos: int = 0
     opened: float = 0.0
     rows: int = 0
     bytes: int = 0
     skipped: list[int] = field(default_factory=list)
+    _last: tuple[ThlEvent, int] | None = None
+
+    def add_seqno(self, event: ThlEvent, offset: int) -> None:
+        """``event`` (a seqno's last fragment, at THL ``offset``) is the block's last."""
+        self.seqnos += 1
+        self._last = (event, offset)
+
+    @property
+    def last(self) -> Position:
+        """The position of the block's last whole seqno."""
+        if self._last is None:
+            raise RuntimeError("a block without a whole seqno has no position")
+        return Position.of(*self._last)
 
     def full(self, limits: BlockLimits) -> bool:
         """True once any of ``limits`` is reached."""
-        return len(self.positions) >= limits.events \
+        return self.seqnos >= limits.events \
             or (limits.rows is not None and self.rows >= limits.rows) \
             or (limits.bytes is not None and self.bytes >= limits.bytes)
 
@@ -104,7 +119,7 @@ class BlockLoop:
 
     def __init__(self, who: str, applier: Applier, limits: BlockLimits,
                  prep: Applying,
-                 count_rows: Callable[[ThlEvent], None],
+                 count_rows: Callable[[int], None],
                  before_commit: Callable[[], None]) -> None:
         self.who = who
         self.applier = applier
@@ -172,7 +187,7 @@ class BlockLoop:
         block = self.block
         if block is None and self._pending is not None:
             return 0.0  # only a look: nothing waiting finishes the pending commit
-        if block is None or (self.patient_until_first_seqno and not block.positions):
+        if block is None or (self.patient_until_first_seqno and not block.seqnos):
             return self.tick
         if self.limits.idle and self.in_seqno is None:
             return 0.0
@@ -209,14 +224,14 @@ class BlockLoop:
                             "not applied", self.who, event.seqno, event.event_id)
         else:
             self._prep.apply(self.applier, event)
-        block.rows += sum(item.row_count for item in event.data
-                          if isinstance(item, RowChange))
+        rows = event.row_count
+        block.rows += rows
         block.bytes += fragment.size
-        self._count_rows(event)
+        self._count_rows(rows)
         if not event.last_frag:
             crashpoints.reached("apply-between-fragments")
             return
-        block.positions.append(Position.of(event, fragment.offset))
+        block.add_seqno(event, fragment.offset)
         self.in_seqno = None
         if block.full(self.limits) or fragment.alone:
             self.commit()
@@ -225,11 +240,11 @@ class BlockLoop:
         """Commit the open block (if it holds a whole seqno) with its last seqno's position;
         overlapped, only begin its commit (and finish the one before)."""
         block = self.block
-        if block is None or not block.positions:
+        if block is None or not block.seqnos:
             return
         # Another process may hold the lock by now: its work, not this block, counts.
         self._before_commit()
-        last = block.positions[-1]
+        last = block.last
         previous, self._pending = self._pending, None
         pending: PendingCommit | None = None
         try:
@@ -274,5 +289,5 @@ def _blame(exc: ConsumerError, block: Block) -> None:
     are sent at commit, so the culprit is somewhere in the block; careful mode, one seqno
     per block, pins it down)."""
     if exc.seqno < 0:
-        last = block.positions[-1]
+        last = block.last
         exc.seqno, exc.event_id = last.seqno, last.event_id

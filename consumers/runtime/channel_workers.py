@@ -26,7 +26,6 @@ from consumers.applier import Applier, BlockLimits
 from consumers.position import Position
 from consumers.runtime.blocks import Applying, Block, BlockLoop, Fragment, Quiet
 from replicator import crashpoints
-from thl_topics.event import ThlEvent
 
 log = logging.getLogger(__package__)
 
@@ -84,7 +83,7 @@ class ChannelWorker(BlockLoop):
                  position: Position | None, passed: _Passed,
                  prep: Applying,
                  before_commit: Callable[[], None], report: Callable[[Committed], None],
-                 count_rows: Callable[[ThlEvent], None], queue_size: int) -> None:
+                 count_rows: Callable[[int], None], queue_size: int) -> None:
         super().__init__(f"channel {number}", applier, limits, prep, count_rows,
                          before_commit)
         self.number = number
@@ -156,11 +155,11 @@ class ChannelWorker(BlockLoop):
         self.state = "applying"
 
     def committed(self, block: Block) -> None:
-        last = block.positions[-1]
+        last = block.last
         self.position = last
-        self.events += len(block.positions)
+        self.events += block.seqnos
         self.state = "idle"
-        self._report(Committed(self.number, last, len(block.positions), tuple(block.skipped),
+        self._report(Committed(self.number, last, block.seqnos, tuple(block.skipped),
                                block.rows))
         self._idle_since = time.monotonic()
 
@@ -184,7 +183,7 @@ class ChannelSet:
                  positions: Sequence[Position | None],
                  prep: Applying,
                  before_commit: Callable[[], None],
-                 count_rows: Callable[[ThlEvent], None]) -> None:
+                 count_rows: Callable[[int], None]) -> None:
         self.reports: queue.SimpleQueue[Committed] = queue.SimpleQueue()
         known = [p for p in positions if p is not None]
         lowest = min(known, key=lambda p: p.seqno) if known else None

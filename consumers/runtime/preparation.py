@@ -184,11 +184,13 @@ class Preparation:
         and so is a check: it must see every earlier seqno committed."""
         if META_CHECK in event.metadata:
             return True
+        statements = [item for item in event.data if isinstance(item, Statement)]
+        if not statements:
+            return False  # most events: one look at each item
         if any(c.kind in self.carried for c in self._kept_changes(event)):
             return True
         return self.capabilities.statements is StatementPolicy.APPLY and any(
-            isinstance(item, Statement) and not is_transactional(item.sql)
-            for item in event.data)
+            not is_transactional(item.sql) for item in statements)
 
 
 #: What a ``Restructures`` applier carries out.

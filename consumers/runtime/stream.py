@@ -75,13 +75,13 @@ class SingleStream(BlockLoop):
     def committed(self, block: Block) -> None:
         """The group's position after a commit: status, metrics, mirror, Kafka offset."""
         g = self.group
-        last = block.positions[-1]
+        last = block.last
         s = g.control.status
         s.appliedLastSeqno, s.appliedLastEventId = last.seqno, last.event_id
         s.appliedLastEpoch = last.epoch
         s.appliedLatency = round(max(0.0, time.time() - last.tstamp / 1e6), 3)
         s.appliedRows += block.rows
-        g.metrics.applied(len(block.positions), last.seqno, s.appliedLatency)
+        g.metrics.applied(block.seqnos, last.seqno, s.appliedLatency)
         self.mirror.mirror(ZkPosition(last.seqno, last.epoch, last.event_id, last.fragno,
                                       last.last_frag))
         if not g.applier.capabilities.owns_offsets:

@@ -15,7 +15,6 @@ from consumers.metrics import ConsumerMetrics
 from extractor.metrics import ExtractorCollector
 from extractor.stall import Progress
 from replicator.state import State, Status
-from thl_topics.event import ThlEvent
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "monitoring" / "grafana" / "replicator.json"
 _SERIES = re.compile(r"\b(trep_[a-z_]+)\{([^}]*)\}")
@@ -28,8 +27,7 @@ def _exposed() -> dict[str, set[str]]:
     # What a group's first commit, state change and error set (gauges with labels show
     # from their first value).
     metrics.applied(1, 5, 0.1)
-    metrics.rows(ThlEvent(seqno=5, epoch=0, source_id="s", event_id="e", shard_id="s",
-                          tstamp=0))
+    metrics.rows(0)
     metrics.state(State.ONLINE)
     metrics.values_changed("zero_date", 0)
     metrics.error("data")
