@@ -55,6 +55,9 @@ class _Layout:
     keyed: bool
     #: ``TargetTables.generation`` when ``target`` was last found to be the bound table.
     generation: int
+    action: RowAction
+    schema: str
+    table: str
     #: How the changes collapse (None: they do not; ``_UNKNOWN``: not asked yet).
     collapse: object = _UNKNOWN
 
@@ -71,6 +74,8 @@ class RowWriter:
         self._batches = batches
         self._adapters: dict[tuple[object, ...], RowsAdapter] = {}
         self._layouts: dict[tuple[object, ...], _Layout] = {}
+        #: The layout of the last row change (most follow one of the same layout).
+        self._last: _Layout | None = None
         #: Values the policy changed in the open block, by (kind, table, column).
         self._changed: Counter[tuple[str, str, str]] = Counter()
         self._warned: dict[tuple[str, str, str], float] = {}
@@ -84,6 +89,7 @@ class RowWriter:
         """The value adapters go with the tables they were made for."""
         self._adapters.clear()
         self._layouts.clear()
+        self._last = None
 
     def new_block(self) -> None:
         """A block begins: nothing changed by the policy yet."""
@@ -153,16 +159,24 @@ class RowWriter:
         """What this row change's table and spec layout need (worked out once per layout:
         the THL reader hands out one list of specs per table shape, so the lists' identity
         names the layout; the entry holds them, so no other list can take their ids)."""
+        last = self._last
+        if last is not None and last.columns is change.column_specs \
+                and last.keys is change.key_specs and last.action is change.action \
+                and last.table == change.table and last.schema == change.schema \
+                and last.generation == self._tables.generation:
+            return last  # the row change before was of the same table and layout
         key = (id(change.column_specs), id(change.key_specs), change.action, change.schema,
                change.table)
         found = self._layouts.get(key)
         if found is not None and found.columns is change.column_specs \
                 and found.keys is change.key_specs:
             if found.generation == self._tables.generation:
+                self._last = found
                 return found  # no table was bound anew since
             # Some table was (a DDL, an evolved table): this one may be the same.
             if self._tables.get(change, found.images, seqno) is found.target:
                 found.generation = self._tables.generation
+                self._last = found
                 return found
         images = _image_specs(change)
         target = self._tables.get(change, images, seqno)
@@ -177,7 +191,8 @@ class RowWriter:
             self._adapter(target, change.column_specs), self._adapter(target, change.key_specs),
             binder(change.action, change.key_specs, len(change.column_specs)),
             any(c.primary_key for c in images),
-            self._tables.generation)
+            self._tables.generation, change.action, change.schema, change.table)
+        self._last = found
         return found
 
     def _adapter(self, target: TargetTable, specs: Sequence[ColumnSpec]
