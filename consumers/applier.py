@@ -207,6 +207,12 @@ class DropsColumns(Protocol):
 class PendingCommit(Protocol):
     """A block whose commit was sent but not yet answered (``Pipelined.commit_begin``)."""
 
+    @property
+    def rides(self) -> bool:
+        """The block's COMMIT went ahead of the next block's statements, in that block's
+        round trip: its answer comes with theirs. ``finish`` would wait for the server in
+        the middle of the next block, so the runtime finishes it after that one is sent."""
+
     def finish(self) -> None:
         """Wait for the commit: returns once the block and its position are durable; raises
         its ConsumerError (carrying the block's last seqno) if they are not, and then
@@ -222,7 +228,10 @@ class Pipelined(Protocol):
     else it does on the target (the next block's first statement, a read, a DDL), so the
     next block's ``begin`` and ``apply`` may come before ``finish``. ``rollback`` abandons
     a pending commit along with the open block (neither is then durable). ``commit`` stays
-    the one-step form.
+    the one-step form. A commit that ``rides`` the next block's round trip is the one
+    exception: its answers are read, its COMMIT sent, its outcome known once the next
+    block's are read; abandoned with that block, its outcome is an error (the target's
+    stored position tells whether it was committed).
     """
 
     def commit_begin(self, position: Position) -> PendingCommit | None:

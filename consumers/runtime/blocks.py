@@ -135,8 +135,9 @@ class BlockLoop:
         #: The applier, where its commits overlap the next block.
         self._pipelined = applier if self.overlaps_commits and isinstance(applier, Pipelined) \
             else None
-        #: A block whose commit was sent and not yet finished, with that commit.
-        self._pending: tuple[PendingCommit, Block] | None = None
+        #: Blocks whose commit was sent and not yet finished, with those commits, oldest
+        #: first: one, or two where the older one's COMMIT rides the newer one's round trip.
+        self._pending: list[tuple[PendingCommit, Block]] = []
 
     # -- what the users of the loop say ----------------------------------------------------
 
@@ -185,7 +186,7 @@ class BlockLoop:
         """How long to wait for the next fragment: a tick at most, no longer than the open
         block has left, not at all where an idle block commits on a seqno boundary."""
         block = self.block
-        if block is None and self._pending is not None:
+        if block is None and self._pending:
             return 0.0  # only a look: nothing waiting finishes the pending commit
         if block is None or (self.patient_until_first_seqno and not block.seqnos):
             return self.tick
@@ -245,33 +246,39 @@ class BlockLoop:
         # Another process may hold the lock by now: its work, not this block, counts.
         self._before_commit()
         last = block.last
-        previous, self._pending = self._pending, None
+        previous, self._pending = self._pending, []
         pending: PendingCommit | None = None
         try:
             if self._pipelined is not None:
-                # The applier finishes ``previous`` itself before it sends this block.
+                # The applier finishes ``previous`` itself before it sends this block (or
+                # reads its answers and sends its COMMIT ahead of this block's statements).
                 pending = self._pipelined.commit_begin(last)
             else:
                 self.applier.commit(last)
         except ConsumerError as exc:
-            if previous is not None:
-                self._finished(*previous)  # its own error first, if it has one
+            for sent in previous:
+                self._finished(*sent)  # their own errors first, if they have one
             _blame(exc, block)
             raise
         self.block = None
-        if previous is not None:
-            self._finished(*previous)
+        for i, (earlier, earlier_block) in enumerate(previous):
+            if earlier.rides:
+                # Its outcome comes with this block's answers: both wait for the next commit.
+                self._pending = previous[i:]
+                break
+            self._finished(earlier, earlier_block)
         if pending is None:
+            self.settle()  # nothing can be pending behind a commit that is done
             crashpoints.reached("apply-committed")
             self.committed(block)
         else:
-            self._pending = (pending, block)
+            self._pending.append((pending, block))
             crashpoints.reached("apply-commit-sent")
 
     def settle(self) -> None:
-        """Finish the pending commit, if any, and count it as committed."""
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
+        """Finish the pending commits, if any, oldest first, and count them as committed."""
+        while self._pending:
+            pending = self._pending.pop(0)
             self._finished(*pending)
 
     def _finished(self, pending: PendingCommit, block: Block) -> None:

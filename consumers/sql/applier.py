@@ -380,6 +380,7 @@ class SqlApplier:
             self._commit_now(position)
             return None
         mysql = self.dialect in MYSQL_FAMILY
+        riding: _PendingCommit | None = None
         try:
             now = dt.datetime.now(dt.UTC)
             row = self._positions.commit_row(position, now)
@@ -395,21 +396,58 @@ class SqlApplier:
             self._batches.enqueue(Queued(advance, 1, None, None, kind="position"))
             # PostgreSQL: a COPY ends a round trip; the block's last one follows its text.
             last = None if mysql else self._batches.emit_collapsed(open_end=True)
-            # Whatever is still pending is finished here, before this block goes out.
-            sent = self._batches.transmit(last)
+            # The block still pending: its answers are read here; on MySQL-family targets
+            # its COMMIT then leads this block's round trip (``_ride``), elsewhere it is
+            # committed before this block goes out.
+            riding = self._ride() if mysql else None
+            sent = self._batches.transmit(last, lead_commit=riding is not None)
         except sa_exc.DBAPIError as exc:
+            self._abandon(riding)
             self.rollback()
             raise self._classify(exc, f"committing up to seqno {position.seqno}",
                                  seqno=position.seqno) from exc
         except BaseException:
+            self._abandon(riding)
             self.rollback()
             raise
         if sent is None or self._txn is None:
             raise RuntimeError("a block's commit sent nothing")
         self._pending = _PendingCommit(self, sent, self._txn, position,
-                                       self._rows.take_changes(), replayed=bool(self._seqnos))
+                                       self._rows.take_changes(), replayed=bool(self._seqnos),
+                                       carries=riding)
+        if riding is not None:
+            riding.carrier = self._pending
         self._positions.expected = position.seqno
         return self._pending
+
+    def _ride(self) -> _PendingCommit | None:
+        """The pending block, its answers read and checked, if its COMMIT can lead the
+        open block's round trip (None: nothing pending, or it was finished here).
+
+        The COMMIT's own answer is then the first of that round trip: the group does not
+        wait for the server's commit between blocks. The open block goes on in the same
+        client transaction (the server's next one begins with its first statement); a
+        failure of the COMMIT stops the server before the block's statements."""
+        riding = self._pending
+        if riding is None or self._ddl_in_block or self._txn is not riding.txn:
+            self._settle()
+            return None
+        self._finish(riding, ride=True)  # raises its error, the open block rolled back
+        self._begin_due = False
+        return riding
+
+    def _abandon(self, riding: _PendingCommit | None) -> None:
+        """``riding``'s COMMIT may or may not have reached the server with a round trip that
+        failed to go out."""
+        if riding is not None and riding.outcome is None and riding.carrier is None:
+            riding.outcome = self._unknown(riding)
+
+    def _unknown(self, riding: _PendingCommit) -> TransientError:
+        seqno = riding.position.seqno
+        return TransientError(
+            f"{self.target}: the COMMIT of the block up to seqno {seqno} went ahead of the "
+            "next block, whose answers were lost; the position stored on the target tells "
+            "whether it was committed", seqno=seqno, event_id=riding.position.event_id)
 
     def _commit_now(self, position: Position) -> None:
         """The block's rows, then its position by a statement of its own (the first
@@ -451,14 +489,17 @@ class SqlApplier:
             self._begin_due = False
             self._open(deferred=True)
 
-    def _finish(self, pending: _PendingCommit) -> None:
-        """Read the answers of ``pending``'s round trip, check them, COMMIT."""
+    def _finish(self, pending: _PendingCommit, ride: bool = False) -> None:
+        """Read the answers of ``pending``'s round trip (first the COMMIT of the block it
+        carries, if any), check them, COMMIT; ``ride``: the COMMIT is left to lead the
+        open block's round trip (raises the block's error if its answers fail)."""
         self._pending = None
         position = pending.position
         self._finishing = True
         try:
             self._batches.answers(pending.sent)
-            pending.txn.commit()
+            if not ride:
+                pending.txn.commit()
         except sa_exc.DBAPIError as exc:
             pending.outcome = self._classify(exc, f"committing up to seqno {position.seqno}",
                                              seqno=position.seqno)
@@ -469,18 +510,45 @@ class SqlApplier:
             raise
         finally:
             self._finishing = False
+        if pending.carries is not None:
+            self._carried(pending.carries, pending)
         if pending.outcome is not None:
             if pending.outcome.seqno < 0:
                 pending.outcome.seqno = position.seqno
                 pending.outcome.event_id = position.event_id
             # This block and the open one (which sent nothing yet) go together.
             self.rollback()
+            if ride:
+                pending.finished = True
+                raise pending.outcome
             return
+        if ride:
+            pending.finished = True
+            return  # committed by the next round trip's first statement
+        self._committed(pending)
+        self._end(keep=True)
+
+    def _carried(self, carried: _PendingCommit, carrier: _PendingCommit) -> None:
+        """``carrier``'s answers were read as far as they go: ``carried``'s COMMIT, first
+        among them, is answered (or the round trip failed before it)."""
+        carried.carrier = None
+        if carrier.sent.lead_answered:
+            self._committed(carried)
+            return
+        carried.outcome = carrier.outcome or self._unknown(carried)
+        if carried.outcome.seqno < 0:
+            carried.outcome.seqno = carried.position.seqno
+            carried.outcome.event_id = carried.position.event_id
+        carrier.outcome = TransientError(
+            f"{self.target}: the block up to seqno {carrier.position.seqno} was abandoned "
+            f"with the COMMIT of the block before it", seqno=carrier.position.seqno,
+            event_id=carrier.position.event_id)
+
+    def _committed(self, pending: _PendingCommit) -> None:
         self._ddl_in_block = False
-        self._rows.count_changes(position.seqno, pending.changes)
+        self._rows.count_changes(pending.position.seqno, pending.changes)
         # A block that only moved a channel's position (parallel apply) replayed nothing.
         self._replay.replaying = self._replay.replaying and not pending.replayed
-        self._end(keep=True)
 
     def channel_store(self) -> SqlChannelStore:
         """Every channel's position and the shard assignments (consumers.runtime.shards)."""
@@ -499,6 +567,9 @@ class SqlApplier:
             pending.outcome = TransientError(
                 f"{self.target}: the commit of the block up to seqno {pending.position.seqno} "
                 "was abandoned with the block after it", seqno=pending.position.seqno)
+            if pending.carries is not None and pending.carries.carrier is pending:
+                pending.carries.carrier = None
+                pending.carries.outcome = self._unknown(pending.carries)
             if self._conn is not None:
                 # Its answers are unread: the connection cannot serve again. Dropped, the
                 # server rolls the block back.
@@ -600,14 +671,31 @@ class _PendingCommit:
     changes: BlockChanges
     #: The block applied seqnos (not only a channel's position).
     replayed: bool
+    #: The block before, whose COMMIT leads this one's round trip (``SqlApplier._ride``).
+    carries: _PendingCommit | None = None
+    #: The block after, whose round trip carries this one's COMMIT, until it is answered.
+    carrier: _PendingCommit | None = None
     finished: bool = False
     #: The error that kept the block from committing (None: committed).
     outcome: ConsumerError | None = None
+
+    @property
+    def rides(self) -> bool:
+        return self.carrier is not None
 
     def finish(self) -> None:
         if not self.finished:
             self.finished = True
             if self.outcome is None:
                 self.applier._finish(self)
+        carrier = self.carrier
+        if carrier is not None and not carrier.finished:
+            # This block's outcome is the first answer of the next one's round trip.
+            carrier.finished = True
+            if carrier.outcome is None:
+                self.applier._finish(carrier)
+        if self.carrier is not None:
+            raise RuntimeError(f"the COMMIT of the block up to seqno {self.position.seqno} "
+                               "was never answered")
         if self.outcome is not None:
             raise self.outcome

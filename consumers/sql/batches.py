@@ -155,6 +155,10 @@ class InFlight:
     trip: OpenTrip | None = None
     #: PostgreSQL: the COPY sent after ``queued`` (in ``trip``), if any.
     copy: Queued | None = None
+    #: A COMMIT (of the block before) leads the round trip.
+    lead_commit: bool = False
+    #: The leading COMMIT was answered (the block before is committed).
+    lead_answered: bool = False
 
     def step(self) -> None:
         """Move a PostgreSQL round trip on as far as the server has answered, without
@@ -612,12 +616,16 @@ class BatchWriter:
         if sent is not None:
             self.answers(sent)
 
-    def transmit(self, last: LastCopy | None = None) -> InFlight | None:
+    def transmit(self, last: LastCopy | None = None, lead_commit: bool = False
+                 ) -> InFlight | None:
         """The queued statements (then ``last``, on PostgreSQL) sent in one round trip, their
         answers not read yet. Nothing else may use the connection until ``answers`` has
-        read them; on PostgreSQL ``InFlight.step`` may move them on before."""
+        read them; on PostgreSQL ``InFlight.step`` may move them on before. ``lead_commit``
+        (MySQL family): a COMMIT of the transaction before goes first."""
         queued, self.queued, self.queued_bytes = self.queued, [], 0
         if not queued and last is None:
+            if lead_commit:
+                raise RuntimeError("a leading COMMIT without statements to carry it")
             return None
         if self.ctx.dialect == "postgresql":
             from consumers.sql.pgwire import OpenTrip
@@ -630,9 +638,11 @@ class BatchWriter:
         if last is not None:
             raise RuntimeError("a COPY for a target that has none")
         cursor = client_cursor(self.ctx.db, self.ctx.dialect)
-        sent = InFlight(cursor, queued, self._positions.expected, self.seqno)
+        sent = InFlight(cursor, queued, self._positions.expected, self.seqno,
+                        lead_commit=lead_commit)
         try:
-            send_query(cursor, ";\n".join(q.sql for q in queued))
+            send_query(cursor, ("COMMIT;\n" if lead_commit else "")
+                       + ";\n".join(q.sql for q in queued))
         except pymysql.MySQLError as exc:
             cursor.close()
             self._fail(sent, exc)
@@ -649,6 +659,16 @@ class BatchWriter:
             cursor: Any = trip.answers()
         else:
             cursor = sent.cursor
+        if sent.lead_commit and not sent.lead_answered:
+            try:
+                read_first_answer(cursor)
+            except self._driver_errors as exc:
+                # The server stopped there: the block before is not committed, nothing of
+                # this one ran.
+                cursor.close()
+                raise self._target_error(exc, "COMMIT", "committing the block before",
+                                         False) from exc
+            sent.lead_answered = True
         if queued:
             self._statement_answers(sent, cursor)
         if trip is not None and sent.copy is not None:
@@ -673,7 +693,12 @@ class BatchWriter:
             if sent.trip is not None:
                 cursor.first()
             elif not sent.answered:
-                read_first_answer(cursor)
+                if sent.lead_answered:
+                    if not cursor.nextset():
+                        raise RuntimeError("a round trip's statements gave no answer after "
+                                           "its COMMIT")
+                else:
+                    read_first_answer(cursor)
                 sent.answered = True
             for i, at in enumerate(queued):
                 if i and not cursor.nextset():

@@ -582,6 +582,10 @@ class _PendingPosition:
     #: The error that kept the block from committing (None: committed).
     outcome: ConsumerError | None = None
 
+    @property
+    def rides(self) -> bool:
+        return False  # a position is written by a statement of its own
+
     def finish(self) -> None:
         if not self.finished:
             self.finished = True

@@ -25,6 +25,7 @@ class Pending:
     block: tuple[Any, ...]
     finished: bool = False
     error: Exception | None = None
+    rides: bool = False
 
     def finish(self) -> None:
         if not self.finished:
@@ -164,4 +165,83 @@ def test_lost_commits_are_applied_again_once_each() -> None:
     _run([_rec(i, i) for i in range(40)], _at(39), target=target,
          positions=CheckedPositions(target), group=_group(block_commit_events=4))
     assert sorted(target.store.applied) == list(range(40))
+    assert set(target.store.applied.values()) == {1}
+
+
+class RidingTarget(OverlappingTarget):
+    """Like the MariaDB applier: a pending block's COMMIT rides the next block's round trip
+    (``rides``), so it is written only when that next block is finished; finishing the
+    later one finishes the earlier one first."""
+
+    riding: Pending | None = None
+
+    def commit_begin(self, position: Position) -> Pending:
+        if self.riding is not None:
+            self.riding.finish()  # at most one rides
+        earlier = self.pending
+        if earlier is not None and not earlier.finished:
+            self.pending = None
+            earlier.rides = True
+            self.riding = earlier
+            self.log.append(("rides", earlier.position.seqno))
+        return super().commit_begin(position)
+
+    def write(self, pending: Pending) -> None:
+        if pending is self.riding:
+            self.riding = None
+            pending.rides = False
+            carrier, self.pending = self.pending, None
+            super().write(pending)
+            if pending.error is None:
+                self.pending = carrier
+            elif carrier is not None:
+                carrier.error = TransientError("abandoned with the commit before it")
+                carrier.finished = True
+            return
+        if self.riding is not None:
+            self.riding.finish()
+            if pending.error is not None:
+                return
+        super().write(pending)
+
+    def rollback(self) -> None:
+        if self.riding is not None:
+            self.riding.error = TransientError("abandoned: its outcome is the target's")
+            self.riding.finished, self.riding.rides, self.riding = True, False, None
+        super().rollback()
+
+
+def test_a_commit_riding_the_next_block_counts_only_once_that_block_is_answered() -> None:
+    target = RidingTarget()
+    records = [_rec(i, i) for i in range(45)]
+    _, control, feed = _run(records, _at(44), target=target,
+                            positions=CheckedPositions(target),
+                            group=_group(block_commit_events=10))
+    assert _seqnos(target) == list(range(45))
+    assert set(target.store.applied.values()) == {1}
+    log = target.log
+    # Block 0..9 rode block 10..19's round trip: finished only after that one was sent,
+    # and the loop applied the block after it meanwhile.
+    assert log.index(("sent", 19)) < log.index(("apply", 20)) < log.index(("finish", 9))
+    assert ("rides", 9) in log
+    assert feed.committed[-1] == 45
+    assert control.status["appliedLastSeqno"] == 44
+
+
+def test_a_refused_riding_commit_stops_the_group_at_its_own_seqno() -> None:
+    target = RidingTarget(refuse_finish={19})
+    positions = CheckedPositions(target)
+    _, control, _ = _run([_rec(i, i) for i in range(45)], _in_error, target=target,
+                         positions=positions, group=_group(block_commit_events=10))
+    assert control.status["pendingErrorSeqno"] == 19
+    assert target.store.position is not None and target.store.position.seqno == 18
+    assert _seqnos(target) == list(range(19))
+    assert max(positions.mirrored) == 18
+
+
+def test_lost_riding_commits_are_applied_again_once_each() -> None:
+    target = RidingTarget(flaky=3)
+    _run([_rec(i, i) for i in range(60)], _at(59), target=target,
+         positions=CheckedPositions(target), group=_group(block_commit_events=4))
+    assert sorted(target.store.applied) == list(range(60))
     assert set(target.store.applied.values()) == {1}
