@@ -17,10 +17,13 @@ import pymysql
 import sqlalchemy as sa
 from compare_workload import RUN, SOURCE, Workload, mariadb_digest, pg_digest, query
 from group_timing import time_group
+from kazoo.client import KazooClient
 from processes import cpu_seconds
 from service import connect_mysql
 
+from replicator.control import ComponentNodes, request
 from replicator.tracking import CommitSeqnoTable
+from replicator.zk import connect
 from stack import settings
 from stack.services.mariadb import MariaDB
 from stack.settings import HOST
@@ -133,6 +136,9 @@ def apply_groups(schema: str) -> dict[str, Any]:
     return {"consumers": {
         "mariadb": {"target": mariadb},
         "mariadb_b10": {"target": mariadb, "block_commit_events": 10},
+        # Started OFFLINE and timed from the request for ONLINE, as the native SQL thread
+        # is from START SLAVE SQL_THREAD on a running server (``run_apply``).
+        "mariadb_online": {"target": mariadb, "auto_online": False},
         "postgresql": {"target": {"type": "sql", "url": f"postgresql+psycopg://postgres@{HOST}:"
                                                         f"{settings.port('postgresql')}/postgres"}},
     }}
@@ -204,6 +210,17 @@ def same_as_source(group: str, work: Workload) -> None:
                          f"{src[0]})")
 
 
+def _online(zk: KazooClient, cfg: ServiceConfig, group: str) -> bool:
+    """Ask ``group`` (started OFFLINE) for ONLINE, as trepctl online does, once its
+    process published its OFFLINE state (False until then)."""
+    nodes = ComponentNodes(zk, cfg.zookeeper.root, cfg.service, f"consumers/{group}")
+    status = nodes.status()
+    if status is None or not str(status.get("state", "")).startswith("OFFLINE"):
+        return False
+    request(nodes, lambda d: setattr(d, "state", "ONLINE"))
+    return True
+
+
 def run_apply(cfg: ServiceConfig, path: Path, group: str, work: Workload, tail: int,
               timeout: float) -> dict[str, Any]:
     """One consumer group alone, from an empty target to the THL tail, timed."""
@@ -211,8 +228,16 @@ def run_apply(cfg: ServiceConfig, path: Path, group: str, work: Workload, tail: 
     server = target_pid(group)
     settled = quiet_servers()
     server_cpu0 = tree_cpu(server)
-    run = time_group(path, RUN / f"{cfg.service}-{group}.log", group,
-                     lambda: applied(engine, cfg), tail, timeout, cpu_children=True)
+    zk = connect(cfg.zookeeper.hosts, cfg.zookeeper.timeout_s) \
+        if not cfg.consumers[group].auto_online else None
+    try:
+        run = time_group(path, RUN / f"{cfg.service}-{group}.log", group,
+                         lambda: applied(engine, cfg), tail, timeout, cpu_children=True,
+                         online=None if zk is None else lambda: _online(zk, cfg, group))
+    finally:
+        if zk is not None:
+            zk.stop()
+            zk.close()
     server_cpu = tree_cpu(server) - server_cpu0
     engine.dispose()
     same_as_source(group, work)

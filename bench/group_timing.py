@@ -69,19 +69,36 @@ def pick(figures: dict[str, Any], *names: str) -> dict[str, Any]:
 
 
 def time_group(config: Path, log: Path, group: str, position: Callable[[], int], tail: int,
-               timeout: float, cpu_children: bool = False) -> GroupRun:
+               timeout: float, cpu_children: bool = False,
+               online: Callable[[], bool] | None = None) -> GroupRun:
     """Start ``group`` alone (``trep-run --no-extractor --consumer``) and time it until
     ``position()`` (its stored seqno, -1 before the first commit) reaches ``tail``; CPU
-    seconds with those of its reaped children when ``cpu_children``."""
+    seconds with those of its reaped children when ``cpu_children``.
+
+    ``online``: the group starts OFFLINE (``auto_online: false``); ``online()`` asks for
+    ONLINE once the process is ready (False until then), and the run is timed from there,
+    as ``START SLAVE SQL_THREAD`` times a replica's SQL thread on a running server."""
     started = now = time.monotonic()
     proc = start_runner(config, log, "--no-extractor", "--consumer", group)
     first: FirstCommit | None = None
+    cpu0 = 0.0
     try:
+        while online is not None:
+            if online():
+                started = time.monotonic()
+                cpu0 = cpu_seconds(proc.pid, cpu_children)
+                break
+            if proc.poll() is not None:
+                raise SystemExit(f"consumer group {group} exited; see {log}")
+            if time.monotonic() - started > timeout:
+                raise SystemExit(f"consumer group {group} did not start within {timeout} s; "
+                                 f"see {log}")
+            time.sleep(0.05)
         while True:
             seqno = position()
             now = time.monotonic()
             # Before poll(): a process that exited but is not reaped still has its figures.
-            cpu = cpu_seconds(proc.pid, cpu_children)
+            cpu = cpu_seconds(proc.pid, cpu_children) - cpu0
             if seqno >= 0 and first is None:
                 first = FirstCommit(now, seqno, cpu)
             if seqno >= tail:
@@ -92,7 +109,7 @@ def time_group(config: Path, log: Path, group: str, position: Callable[[], int],
                 raise SystemExit(f"consumer group {group} did not reach seqno {tail} within "
                                  f"{timeout} s; see {log}")
             time.sleep(0.05)
-        cpu = cpu_seconds(proc.pid, cpu_children)
+        cpu = cpu_seconds(proc.pid, cpu_children) - cpu0
     finally:
         stop(proc)
     return GroupRun(started, now, cpu, first)
