@@ -210,10 +210,17 @@ def same_as_source(group: str, work: Workload) -> None:
                          f"{src[0]})")
 
 
+def _nodes(zk: KazooClient, cfg: ServiceConfig, group: str) -> ComponentNodes:
+    return ComponentNodes(zk, cfg.zookeeper.root, cfg.service, f"consumers/{group}")
+
+
 def _online(zk: KazooClient, cfg: ServiceConfig, group: str) -> bool:
     """Ask ``group`` (started OFFLINE) for ONLINE, as trepctl online does, once its
-    process published its OFFLINE state (False until then)."""
-    nodes = ComponentNodes(zk, cfg.zookeeper.root, cfg.service, f"consumers/{group}")
+    process leads the group (False until then). The status node outlives the processes
+    of earlier runs; the ephemeral ``alive`` node does not."""
+    nodes = _nodes(zk, cfg, group)
+    if not nodes.alive():
+        return False
     status = nodes.status()
     if status is None or not str(status.get("state", "")).startswith("OFFLINE"):
         return False
@@ -230,6 +237,9 @@ def run_apply(cfg: ServiceConfig, path: Path, group: str, work: Workload, tail: 
     server_cpu0 = tree_cpu(server)
     zk = connect(cfg.zookeeper.hosts, cfg.zookeeper.timeout_s) \
         if not cfg.consumers[group].auto_online else None
+    if zk is not None:
+        # The desired state outlives the process: the run before asked for ONLINE.
+        request(_nodes(zk, cfg, group), lambda d: setattr(d, "state", "OFFLINE"))
     try:
         run = time_group(path, RUN / f"{cfg.service}-{group}.log", group,
                          lambda: applied(engine, cfg), tail, timeout, cpu_children=True,
