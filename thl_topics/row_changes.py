@@ -232,7 +232,7 @@ class ChangeReader:
             if event.fragno != fragno:
                 raise ThlGapError(f"{self.topic}: seqno {seqno} is missing fragment {fragno}")
             yield event, row
-            row += sum(i.row_count for i in event.data if isinstance(i, RowChange))
+            row += event.row_count
             fragno = 0 if event.last_frag else fragno + 1
 
     def to_pandas(self, low: int, high: int, tables: Iterable[str] = ()) -> pd.DataFrame:
@@ -312,7 +312,7 @@ def _decoder(topic: str, tables: tuple[str, ...]
             else:
                 chunks.whole()
             event = codec.decode(value, topic=topic, partition=0, offset=item.offset)
-            rows = sum(i.row_count for i in event.data if isinstance(i, RowChange))
+            rows = event.row_count
             yield ("F", event.seqno, event.fragno, event.last_frag, rows, None, None, None,
                    None, None, None, None, None, None)
             for change in changes_of(event, 0, tables):

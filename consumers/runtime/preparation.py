@@ -55,8 +55,6 @@ class Preparation:
         self.cascades = Cascades(replicate.keeps) \
             if foreign_keys == "follow" and not replays else None
         self.metrics = metrics
-        #: The applier takes every row change (``_admits`` needs no look at its keys).
-        self._admits_rows = self.capabilities.keyless_tables
         #: The change kinds the applier carries out itself, since it does not replay the
         #: statement (``Truncates``, ``Restructures``).
         self.carried: frozenset[ChangeKind] = frozenset() if replays else frozenset(
@@ -131,7 +129,7 @@ class Preparation:
             except FilterError as exc:
                 raise DataError(str(exc), seqno=event.seqno, event_id=event.event_id) from exc
             event = filtered if filtered is not None else replace(event, data=[])
-        if self._admits_rows and all(type(item) is RowChange for item in event.data):
+        if self.capabilities.keyless_tables and all(type(i) is RowChange for i in event.data):
             pass  # row changes only, and the applier takes every one: nothing to look at
         elif any(not self._admits(item, event) for item in event.data):
             event = replace(event, data=[i for i in event.data if self._admits(i, event)])

@@ -429,7 +429,7 @@ class SqlApplier:
         client transaction (the server's next one begins with its first statement); a
         failure of the COMMIT stops the server before the block's statements."""
         riding = self._pending
-        if riding is None or self._ddl_in_block or self._txn is not riding.txn:
+        if riding is None or self._ddl_in_block:
             self._settle()
             return None
         self._finish(riding, ride=True)  # raises its error, the open block rolled back
@@ -494,6 +494,7 @@ class SqlApplier:
         carries, if any), check them, COMMIT; ``ride``: the COMMIT is left to lead the
         open block's round trip (raises the block's error if its answers fail)."""
         self._pending = None
+        pending.finished = True
         position = pending.position
         self._finishing = True
         try:
@@ -519,11 +520,9 @@ class SqlApplier:
             # This block and the open one (which sent nothing yet) go together.
             self.rollback()
             if ride:
-                pending.finished = True
                 raise pending.outcome
             return
         if ride:
-            pending.finished = True
             return  # committed by the next round trip's first statement
         self._committed(pending)
         self._end(keep=True)
@@ -683,17 +682,18 @@ class _PendingCommit:
     def rides(self) -> bool:
         return self.carrier is not None
 
-    def finish(self) -> None:
+    def _answer(self) -> None:
+        """Read this block's answers (once; not where it failed already)."""
         if not self.finished:
             self.finished = True
             if self.outcome is None:
                 self.applier._finish(self)
-        carrier = self.carrier
-        if carrier is not None and not carrier.finished:
+
+    def finish(self) -> None:
+        self._answer()
+        if self.carrier is not None:
             # This block's outcome is the first answer of the next one's round trip.
-            carrier.finished = True
-            if carrier.outcome is None:
-                self.applier._finish(carrier)
+            self.carrier._answer()
         if self.carrier is not None:
             raise RuntimeError(f"the COMMIT of the block up to seqno {self.position.seqno} "
                                "was never answered")

@@ -61,6 +61,17 @@ class _Layout:
     #: How the changes collapse (None: they do not; ``_UNKNOWN``: not asked yet).
     collapse: object = _UNKNOWN
 
+    def holds(self, change: RowChange) -> bool:
+        """``change`` is of this layout: the same spec lists, action and table."""
+        return self.columns is change.column_specs and self.keys is change.key_specs \
+            and self.action is change.action and self.table == change.table \
+            and self.schema == change.schema
+
+
+def _layout_key(change: RowChange) -> tuple[object, ...]:
+    return (id(change.column_specs), id(change.key_specs), change.action, change.schema,
+            change.table)
+
 
 class RowWriter:
     """Adapts the rows of a block's row changes and hands them to its batches."""
@@ -159,22 +170,16 @@ class RowWriter:
         """What this row change's table and spec layout need (worked out once per layout:
         the THL reader hands out one list of specs per table shape, so the lists' identity
         names the layout; the entry holds them, so no other list can take their ids)."""
-        last = self._last
-        if last is not None and last.columns is change.column_specs \
-                and last.keys is change.key_specs and last.action is change.action \
-                and last.table == change.table and last.schema == change.schema \
-                and last.generation == self._tables.generation:
-            return last  # the row change before was of the same table and layout
-        key = (id(change.column_specs), id(change.key_specs), change.action, change.schema,
-               change.table)
-        found = self._layouts.get(key)
-        if found is not None and found.columns is change.column_specs \
-                and found.keys is change.key_specs:
-            if found.generation == self._tables.generation:
-                self._last = found
-                return found  # no table was bound anew since
-            # Some table was (a DDL, an evolved table): this one may be the same.
-            if self._tables.get(change, found.images, seqno) is found.target:
+        found = self._last  # most row changes follow one of the same table and layout
+        if found is None or not found.holds(change):
+            found = self._layouts.get(_layout_key(change))
+            if found is not None and not found.holds(change):
+                found = None  # a guard: the entry holds its lists, so their ids stay theirs
+        if found is not None:
+            # Unless some table was bound anew since (a DDL, an evolved table), and this one
+            # is no longer the same.
+            if found.generation == self._tables.generation \
+                    or self._tables.get(change, found.images, seqno) is found.target:
                 found.generation = self._tables.generation
                 self._last = found
                 return found
@@ -186,7 +191,7 @@ class RowWriter:
                             f"{', '.join(missing)} (seqno {seqno})", seqno=seqno)
         if len(self._layouts) >= _LAYOUTS:
             self._layouts.clear()
-        found = self._layouts[key] = _Layout(
+        found = self._layouts[_layout_key(change)] = _Layout(
             change.column_specs, change.key_specs, images, target,
             self._adapter(target, change.column_specs), self._adapter(target, change.key_specs),
             binder(change.action, change.key_specs, len(change.column_specs)),
