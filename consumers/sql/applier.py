@@ -396,10 +396,9 @@ class SqlApplier:
             self._batches.enqueue(Queued(advance, 1, None, None, kind="position"))
             # PostgreSQL: a COPY ends a round trip; the block's last one follows its text.
             last = None if mysql else self._batches.emit_collapsed(open_end=True)
-            # The block still pending: its answers are read here; on MySQL-family targets
-            # its COMMIT then leads this block's round trip (``_ride``), elsewhere it is
-            # committed before this block goes out.
-            riding = self._ride() if mysql else None
+            # The block still pending: its answers are read here, and its COMMIT leads
+            # this block's round trip (``_ride``).
+            riding = self._ride()
             sent = self._batches.transmit(last, lead_commit=riding is not None)
         except sa_exc.DBAPIError as exc:
             self._abandon(riding)

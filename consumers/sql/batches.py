@@ -620,8 +620,8 @@ class BatchWriter:
                  ) -> InFlight | None:
         """The queued statements (then ``last``, on PostgreSQL) sent in one round trip, their
         answers not read yet. Nothing else may use the connection until ``answers`` has
-        read them; on PostgreSQL ``InFlight.step`` may move them on before. ``lead_commit``
-        (MySQL family): a COMMIT of the transaction before goes first."""
+        read them; on PostgreSQL ``InFlight.step`` may move them on before. ``lead_commit``:
+        a COMMIT of the transaction before goes first."""
         queued, self.queued, self.queued_bytes = self.queued, [], 0
         if not queued and last is None:
             if lead_commit:
@@ -632,9 +632,11 @@ class BatchWriter:
             raw = self.ctx.db.connection.dbapi_connection
             text = ";\n".join(q.sql for q in queued) if queued else None
             trip = OpenTrip(cast("psycopg.Connection[Any]", raw), text,
-                            None if last is None else (last.queued.sql, last.data))
+                            None if last is None else (last.queued.sql, last.data),
+                            lead_commit=lead_commit)
             return InFlight(None, queued, self._positions.expected, self.seqno, trip=trip,
-                            copy=None if last is None else last.queued)
+                            copy=None if last is None else last.queued,
+                            lead_commit=lead_commit)
         if last is not None:
             raise RuntimeError("a COPY for a target that has none")
         cursor = client_cursor(self.ctx.db, self.ctx.dialect)
@@ -654,21 +656,14 @@ class BatchWriter:
         trip = sent.trip
         if trip is not None:
             trip.step(wait=True)
+        if sent.lead_commit and not sent.lead_answered:
+            self._lead_answer(sent)
+        if trip is not None:
             if trip.error is not None:
                 self._fail(sent, trip.error, sent.copy if not queued else None)
             cursor: Any = trip.answers()
         else:
             cursor = sent.cursor
-        if sent.lead_commit and not sent.lead_answered:
-            try:
-                read_first_answer(cursor)
-            except self._driver_errors as exc:
-                # The server stopped there: the block before is not committed, nothing of
-                # this one ran.
-                cursor.close()
-                raise self._target_error(exc, "COMMIT", "committing the block before",
-                                         False) from exc
-            sent.lead_answered = True
         if queued:
             self._statement_answers(sent, cursor)
         if trip is not None and sent.copy is not None:
@@ -680,6 +675,22 @@ class BatchWriter:
             if copied not in (None, at.rows):
                 raise self._refused(f"{at.doing()} took {copied} of {at.rows} row(s)",
                                     sent.seqno)
+
+    def _lead_answer(self, sent: InFlight) -> None:
+        """The answer of the COMMIT leading ``sent`` (its error raised)."""
+        try:
+            if sent.trip is not None:
+                sent.lead_answered = sent.trip.commit_outcome()
+                return
+            read_first_answer(sent.cursor)
+            sent.lead_answered = True
+        except self._driver_errors as exc:
+            # The server stopped there: the block before is not committed, nothing of
+            # this one ran.
+            if sent.cursor is not None:
+                sent.cursor.close()
+            raise self._target_error(exc, "COMMIT", "committing the block before",
+                                     False) from exc
 
     def _statement_answers(self, sent: InFlight, cursor: Any) -> None:
         """Check the answers of the queued statements of a round trip, read by ``cursor``

@@ -8,6 +8,8 @@ would wait for the server. ``OpenTrip`` sends them through libpq's asynchronous 
 start, its rows, its end) is taken when the server has answered the one before, by
 ``step`` without waiting while the client works on the next block, or waiting when the
 answers are needed. Nothing else may use the connection until a waiting ``step`` returned.
+The block before's COMMIT (and the BEGIN of the block's own transaction) may lead the text:
+the server runs nothing after a statement that fails in a simple query.
 """
 
 from __future__ import annotations
@@ -38,13 +40,18 @@ class OpenTrip:
     """A text of statements and, if it succeeds, one COPY, sent unanswered."""
 
     def __init__(self, connection: psycopg.Connection[Any], text: str | None,
-                 copy: tuple[str, bytes] | None) -> None:
+                 copy: tuple[str, bytes] | None, lead_commit: bool = False) -> None:
         """``connection``: idle in its transaction; ``text``: statements joined by ``;``
         (None: the COPY alone); ``copy``: the COPY's statement and its rows
-        (``copy_data``)."""
+        (``copy_data``); ``lead_commit``: the transaction open on ``connection`` is
+        committed first, and the text runs in a new one (the server runs nothing of it if
+        the COMMIT fails)."""
         self._pgconn: PGconn = connection.pgconn
         self._encoding = connection.info.encoding
         self._copy = copy
+        self._leads = lead_commit
+        #: The leading COMMIT's result, once answered.
+        self.lead: PGresult | None = None
         #: The text's results, one a statement up to the first that failed.
         self.results: list[PGresult] = []
         #: The COPY's results (its one, once answered; none if it was not sent).
@@ -53,7 +60,8 @@ class OpenTrip:
         self.error: psycopg.Error | None = None
         # The transaction psycopg would begin before the first statement (libpq's calls
         # bypass it): its answer is taken off the text's results.
-        begin = _begin(connection)
+        begin = "COMMIT;\n" + _begin_statement(connection) if lead_commit else \
+            _begin(connection)
         self._begun = begin is not None
         if begin is not None:
             text = begin if text is None else begin + ";\n" + text
@@ -75,8 +83,7 @@ class OpenTrip:
                     if self._begun and self.results and \
                             self.results[0].status == pq.ExecStatus.COMMAND_OK:
                         del self.results[0]
-                    if self._copy is None or any(
-                            r.status == pq.ExecStatus.FATAL_ERROR for r in self.results):
+                    if self._copy is None or self._refused():
                         self._stage = _Stage.DONE
                     else:
                         self._pgconn.send_query(self._copy[0].encode(self._encoding))
@@ -98,6 +105,11 @@ class OpenTrip:
         except psycopg.Error as exc:
             self._failed(exc)
 
+    def _refused(self) -> bool:
+        """The server refused a statement of the text, or its leading COMMIT."""
+        return any(r.status == pq.ExecStatus.FATAL_ERROR for r in self.results) or \
+            (self.lead is not None and self.lead.status != pq.ExecStatus.COMMAND_OK)
+
     def _failed(self, exc: psycopg.Error) -> None:
         self.error = exc
         self._stage = _Stage.DONE
@@ -118,7 +130,10 @@ class OpenTrip:
             result = self._pgconn.get_result()
             if result is None:
                 return True
-            into.append(result)
+            if self._leads and self.lead is None and into is self.results:
+                self.lead = result  # the COMMIT's: kept apart as soon as it is in
+            else:
+                into.append(result)
         return False
 
     def _put(self, data: bytes) -> None:
@@ -135,6 +150,20 @@ class OpenTrip:
     def _flush(self) -> None:
         while self._pgconn.flush():
             _wait(self._pgconn, write=True)
+
+    def commit_outcome(self) -> bool:
+        """The leading COMMIT's: True once it committed, False if its answer never came
+        (the connection broke before); its error raised."""
+        lead = self.lead
+        if lead is None:
+            return False
+        if lead.status != pq.ExecStatus.COMMAND_OK:
+            raise result_error(lead, self._encoding)
+        if lead.command_status != b"COMMIT":
+            # A COMMIT of a transaction that failed is answered ROLLBACK, without an error.
+            raise psycopg.errors.InFailedSqlTransaction(
+                f"COMMIT answered {(lead.command_status or b'').decode('ascii', 'replace')}")
+        return True
 
     def answers(self) -> Answers:
         """The text's results, read as a cursor reads several."""
@@ -231,6 +260,11 @@ def _begin(connection: psycopg.Connection[Any]) -> str | None:
     if connection.autocommit or \
             connection.pgconn.transaction_status != pq.TransactionStatus.IDLE:
         return None
+    return _begin_statement(connection)
+
+
+def _begin_statement(connection: psycopg.Connection[Any]) -> str:
+    """The statement psycopg begins a transaction with on ``connection``."""
     parts = ["BEGIN"]
     if connection.isolation_level is not None:
         parts.append("ISOLATION LEVEL " + connection.isolation_level.name.replace("_", " "))

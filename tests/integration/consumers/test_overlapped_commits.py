@@ -44,10 +44,6 @@ class Target:
             conn.exec_driver_sql(f"CREATE TABLE {self.name}.t (id INT PRIMARY KEY, "
                                  "v VARCHAR(20))")
 
-    @property
-    def mysql(self) -> bool:
-        return self.url.startswith("mysql")
-
     def applier(self) -> SqlApplier:
         applier = SqlApplier(SqlTarget(url=self.url, statements="skip"),
                              ApplierContext(ServiceSettings(service=self.name), "g"))
@@ -87,13 +83,6 @@ def target(request: pytest.FixtureRequest, mariadb_target: MariaDB,
            postgresql: PostgreSQL) -> Iterator[Target]:
     made = Target(f"mysql+pymysql://root@127.0.0.1:{mariadb_target.port}/"
                   if request.param == "mariadb" else _pg_url(postgresql))
-    yield made
-    made.drop()
-
-
-@pytest.fixture
-def mariadb(mariadb_target: MariaDB) -> Iterator[Target]:
-    made = Target(f"mysql+pymysql://root@127.0.0.1:{mariadb_target.port}/")
     yield made
     made.drop()
 
@@ -151,17 +140,13 @@ def test_a_block_is_applied_while_the_one_before_commits_and_neither_shows_early
     applier.apply(_event(s, 3, RowAction.INSERT, 5))
     assert target.stored() == 0, "applying the next block must not need the target"
     second = _sent(applier, Position.of(_event(s, 3, RowAction.INSERT, 5)))
-    if target.mysql:
-        # Its answers were read before the second block went out, and its COMMIT led the
-        # second block's round trip: the server commits it, the second stays open.
-        assert first.rides and not second.rides
-        _until(lambda: target.stored() == 1)
-        assert target.ids() == [1, 2, 3, 4]
-        first.finish()  # the second block's answers read: the first's COMMIT is answered
-        assert not first.rides
-    else:
-        first.finish()  # finished already, before the second block went out
-        assert target.ids() == [1, 2, 3, 4] and target.stored() == 1
+    # Its answers were read before the second block went out, and its COMMIT led the
+    # second block's round trip: the server commits it, the second stays open.
+    assert first.rides and not second.rides
+    _until(lambda: target.stored() == 1)
+    assert target.ids() == [1, 2, 3, 4]
+    first.finish()  # the second block's answers read: the first's COMMIT is answered
+    assert not first.rides
     second.finish()
     second.finish()  # idempotent
     assert target.ids() == [1, 2, 3, 4, 5] and target.stored() == 3
@@ -214,10 +199,10 @@ def test_a_rollback_abandons_the_pending_commit_with_the_open_block(target: Targ
     assert target.ids() == [1, 2, 3] and target.stored() == 2
 
 
-def test_mariadb_a_commit_riding_the_next_block_is_committed_though_that_block_fails(
-        mariadb: Target) -> None:
-    applier = mariadb.started(1)
-    s = mariadb.name
+def test_a_commit_riding_the_next_block_is_committed_though_that_block_fails(
+        target: Target) -> None:
+    applier = target.started(1)
+    s = target.name
     first = _sent(applier, _apply(applier, _event(s, 1, RowAction.INSERT, 2)))
     # The next block updates a row the target does not have: it diverged there.
     second = _sent(applier, _apply(applier, _event(s, 2, RowAction.UPDATE, 9)))
@@ -226,15 +211,15 @@ def test_mariadb_a_commit_riding_the_next_block_is_committed_though_that_block_f
     with pytest.raises(ConsumerError) as raised:
         second.finish()
     assert raised.value.seqno == 2, raised.value
-    assert mariadb.ids() == [1, 2] and mariadb.stored() == 1
+    assert target.ids() == [1, 2] and target.stored() == 1
     pos = applier.position()
     assert pos is not None and pos.seqno == 1
 
 
-def test_mariadb_a_commit_riding_an_abandoned_block_is_told_by_the_stored_position(
-        mariadb: Target) -> None:
-    applier = mariadb.started(1)
-    s = mariadb.name
+def test_a_commit_riding_an_abandoned_block_is_told_by_the_stored_position(
+        target: Target) -> None:
+    applier = target.started(1)
+    s = target.name
     first = _sent(applier, _apply(applier, _event(s, 1, RowAction.INSERT, 2)))
     _sent(applier, _apply(applier, _event(s, 2, RowAction.INSERT, 3)))
     assert first.rides
@@ -243,14 +228,14 @@ def test_mariadb_a_commit_riding_an_abandoned_block_is_told_by_the_stored_positi
         first.finish()
     # Whichever it was, the rows are those of the stored position, and the session goes
     # on from it.
-    stored = mariadb.stored()
-    assert (stored, mariadb.ids()) in [(0, [1]), (1, [1, 2])]
+    stored = target.stored()
+    assert (stored, target.ids()) in [(0, [1]), (1, [1, 2])]
     pos = applier.position()
     assert pos is not None and pos.seqno == stored
     if stored == 0:
         applier.commit(_apply(applier, _event(s, 1, RowAction.INSERT, 2)))
     applier.commit(_apply(applier, _event(s, 2, RowAction.INSERT, 3)))
-    assert mariadb.ids() == [1, 2, 3] and mariadb.stored() == 2
+    assert target.ids() == [1, 2, 3] and target.stored() == 2
 
 
 def test_a_position_moved_by_another_writer_refuses_the_overlapped_block(
@@ -288,8 +273,10 @@ def test_postgresql_a_copy_left_open_commits_with_its_block_or_not_at_all(
     applier.begin()
     applier.apply(_event(s, 2, RowAction.INSERT, 2))
     second = _sent(applier, Position.of(_event(s, 2, RowAction.INSERT, 2)))
+    assert first.rides  # its COPY answered, its COMMIT leads the second block's text
+    _until(lambda: target.stored() == 1)
+    assert target.ids() == [1, *many]
     first.finish()
-    assert target.ids() == [1, *many] and target.stored() == 1
     second.finish()
     assert target.ids() == [1, 2, *many] and target.stored() == 2
 
@@ -312,3 +299,32 @@ def test_postgresql_a_copy_the_target_refuses_is_the_pending_blocks_own_error(
     assert target.ids() == [1] and target.stored() == 0
     pos = applier.position()
     assert pos is not None and pos.seqno == 0
+
+
+def test_postgresql_a_riding_commit_the_server_refuses_stops_the_block_it_leads(
+        pg_target: Target) -> None:
+    """A deferred constraint is checked at COMMIT: the riding COMMIT fails, the server
+    runs nothing of the block it leads. The refused block's error is its own, the block
+    after it is abandoned with it, and neither leaves a row or a position."""
+    target = pg_target
+    s = target.name
+    with target.engine.begin() as conn:
+        conn.exec_driver_sql(f"ALTER TABLE {s}.t ADD CONSTRAINT one_v UNIQUE (v) "
+                             "DEFERRABLE INITIALLY DEFERRED")
+    applier = target.started(1)
+    # Both rows of seqno 1 have v 's1': accepted by each statement, refused at COMMIT.
+    first = _sent(applier, _apply(applier, _event(s, 1, RowAction.INSERT, 2, 3)))
+    second = _sent(applier, _apply(applier, _event(s, 2, RowAction.INSERT, 4)))
+    assert first.rides
+    with pytest.raises(ConsumerError, match="one_v") as raised:
+        first.finish()
+    assert raised.value.seqno == 1, raised.value
+    with pytest.raises(TransientError, match="abandoned with the COMMIT") as abandoned:
+        second.finish()
+    assert abandoned.value.seqno == 2
+    applier.rollback()
+    assert target.ids() == [1] and target.stored() == 0
+    pos = applier.position()
+    assert pos is not None and pos.seqno == 0
+    applier.commit(_apply(applier, _event(s, 2, RowAction.INSERT, 4)))
+    assert target.ids() == [1, 4] and target.stored() == 2
