@@ -133,7 +133,11 @@ class ThlEvent:
     @property
     def row_count(self) -> int:
         """The rows of the fragment's row changes."""
-        return sum(item.row_count for item in self.data if isinstance(item, RowChange))
+        rows = 0
+        for item in self.data:  # no generator: once an event, on every consumer's thread
+            if isinstance(item, RowChange):
+                rows += max(len(item.column_values), len(item.key_values))
+        return rows
 
     def to_avro(self) -> dict[str, Any]:
         """The record fastavro writes (unions of records are tagged by name)."""

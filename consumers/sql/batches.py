@@ -352,9 +352,7 @@ class BatchWriter:
         taken = 0
         try:
             if action is RowAction.INSERT and after_key is not None:
-                for image in after:
-                    changes.insert(image, after_key)
-                    taken += 1
+                taken = changes.insert_all(after, after_key)
             elif action is RowAction.UPDATE and after_key is not None \
                     and before_key is not None:
                 for new, old in zip(after, before, strict=True):

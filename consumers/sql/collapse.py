@@ -73,14 +73,31 @@ class TableChanges:
         return len(self.nets)
 
     def insert(self, after: Image, key_of: KeyOf) -> None:
-        key = key_of(after)
-        net = self._net(key)
-        if net is None:
-            self.nets[key] = Net(False, after)
-        elif net.image is not None:
+        if not self.insert_all((after,), key_of):
+            key = key_of(after)
+            self._net(key)  # an unhashable key value raises NotCollapsed here
             raise Unexplained(f"key {key!r} inserted while its row is there")
-        else:
-            net.image = after
+
+    def insert_all(self, images: Sequence[Image], key_of: KeyOf) -> int:
+        """``insert`` of each image in turn, up to the first that cannot be collapsed; how
+        many were taken. (A row change at a time: a block's most common case, new keys,
+        takes no method call a row.)"""
+        nets = self.nets
+        taken = 0
+        for after in images:
+            key = key_of(after)
+            try:
+                net = nets.get(key)
+            except TypeError:  # an unhashable key value
+                return taken
+            if net is None:
+                nets[key] = Net(False, after)
+            elif net.image is not None:
+                return taken  # inserted while its row is there: unexplained
+            else:
+                net.image = after
+            taken += 1
+        return taken
 
     def update(self, after: Image, before: Image, before_key: KeyOf, after_key: KeyOf
                ) -> None:

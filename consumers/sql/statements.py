@@ -55,17 +55,16 @@ class TargetTable:
     #: _render_rows``).
     utf8_text: dict[str, int] = field(default_factory=dict)
     table: sa.Table = field(init=False)
+    #: ``schema.name`` (``name`` without a schema).
+    qualified: str = field(init=False)
 
     def __post_init__(self) -> None:
+        self.qualified = f"{self.schema}.{self.name}" if self.schema else self.name
         meta = sa.MetaData()
         self.table = sa.Table(self.name, meta,
                               *(sa.Column(self.aliases.get(c, c), sa.types.NullType(), key=c)
                                 for c in self.types),
                               schema=self.schema, quote=True, quote_schema=True)
-
-    @property
-    def qualified(self) -> str:
-        return f"{self.schema}.{self.name}" if self.schema else self.name
 
 
 @dataclass(frozen=True)
