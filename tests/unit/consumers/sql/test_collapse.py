@@ -128,3 +128,14 @@ def test_net_effects_equal_applying_every_change_in_order() -> None:
                                         if (k,) not in t.deleted()}
         result.update({r[0]: r[1] for r in (*t.upserted(), *t.inserted())})
         assert result == table
+
+
+def test_a_row_changes_inserts_are_taken_up_to_the_first_that_cannot_be_collapsed() -> None:
+    t = TableChanges()
+    delete(t, Change(3))
+    rows = [Change(k, "v").after for k in (1, 2, 3, 2, 4)]
+    # 3 was deleted before: its insert is taken; 2 is there already: the rest go in order.
+    assert t.insert_all(rows, KEY) == 3
+    assert [r[0] for r in t.inserted()] == [1, 2] and [r[0] for r in t.upserted()] == [3]
+    assert t.insert_all([Change([5], "x").after], KEY) == 0  # an unhashable key value
+    assert len(t) == 3
