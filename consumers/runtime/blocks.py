@@ -70,9 +70,10 @@ class Block:
             or (limits.bytes is not None and self.bytes >= limits.bytes)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Fragment:
-    """One fragment of a seqno for a block loop."""
+    """One fragment of a seqno for a block loop (not changed once made; not ``frozen``,
+    whose ``__init__`` costs three times as much, as ``ThlRecord``'s)."""
 
     event: ThlEvent
     offset: int
