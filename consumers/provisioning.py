@@ -37,6 +37,9 @@ from thl_topics.records import META_PROVISION, META_PROVISIONING
 
 log = logging.getLogger(__name__)
 
+#: Seconds between two reads of the provisioning request while events are marked.
+_ASK_EVERY_S = 1.0
+
 
 @dataclass(frozen=True)
 class Chunk:
@@ -138,8 +141,11 @@ class PendingProvisioning:
     def mark(self, event: ThlEvent) -> ThlEvent:
         """``event``, its changes to tables of a provisioning still ahead marked
         ``provisioning``."""
-        with self._lock:
-            self._refresh()
+        # Between two asks (a second apart) with no answer awaited there is nothing to
+        # refresh: no lock taken (once an event, on every channel's thread).
+        if self._reading is not None or self._clock() - self._asked_at >= _ASK_EVERY_S:
+            with self._lock:
+                self._refresh()
         tables = preceding_tables(self.request, event)
         return with_provisioning(event, tables) if tables else event
 
@@ -149,7 +155,7 @@ class PendingProvisioning:
             self._reading = None
             self._take(lambda: reading.get(block=False))
         now = self._clock()
-        if self._reading is None and now - self._asked_at >= 1.0:
+        if self._reading is None and now - self._asked_at >= _ASK_EVERY_S:
             self._asked_at = now
             try:
                 self._reading = self._client.get_async(self._path)

@@ -113,7 +113,7 @@ class Preparation:
                     if item.table == HEARTBEAT_TABLE:
                         beats.extend(heartbeats(item, event.seqno, event.event_id))
                     continue  # the replicator's own bookkeeping, never data
-                if self.filter.keeps(item.schema, item.table):
+                if self.filter.everything or self.filter.keeps(item.schema, item.table):
                     kept.append(item)
             elif self.filter.keeps_item(item):
                 kept.append(item)
@@ -123,7 +123,7 @@ class Preparation:
             event, done = self.cascades.follow(event, applier or self.applier)
             if done.rows and self.metrics is not None:
                 self.metrics.cascaded(done.rows, done.depth)
-        if self.chain and event.data:
+        if self.chain.filters and event.data:  # no __bool__ call: once an event
             try:
                 filtered = self.chain(event)
             except FilterError as exc:

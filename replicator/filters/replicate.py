@@ -40,6 +40,8 @@ class ReplicateFilter:
         self.replicate = [self._normalise(p) for p in replicate]
         self.ignore = [self._normalise(p) for p in ignore]
         self._cache: dict[tuple[str, str], bool] = {}
+        #: No pattern: every table passes.
+        self.everything = not self.replicate and not self.ignore
 
     @staticmethod
     def _normalise(pattern: str) -> str:
@@ -47,6 +49,8 @@ class ReplicateFilter:
 
     def keeps(self, schema: str, table: str) -> bool:
         """True if changes to ``schema.table`` pass the filter."""
+        if self.everything:
+            return True
         key = (schema, table)
         kept = self._cache.get(key)
         if kept is None:
