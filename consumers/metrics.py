@@ -157,7 +157,7 @@ class ConsumerMetrics:
         self._f.set_refused.labels(*self._values).inc(blocks)
 
     def rows(self, rows: int) -> None:
-        """A fragment of ``rows`` row changes went into a block."""
+        """A block of ``rows`` row changes committed."""
         self._rows.inc(rows)
 
     def applied(self, events: int, last_seqno: int, latency: float) -> None:

@@ -104,8 +104,9 @@ class Applying(Protocol):
 
 class BlockLoop:
     """Applies fragments in blocks on ``applier`` while ``running()``; ``who`` names the
-    loop in its messages. Every fragment goes through ``prep.apply`` (or is skipped) and
-    ``count_rows``; every commit comes after ``before_commit``, which may raise to stop it."""
+    loop in its messages. Every fragment goes through ``prep.apply`` (or is skipped), a
+    committed block's rows through ``count_rows``; every commit comes after
+    ``before_commit``, which may raise to stop it."""
 
     #: Seconds of the longest wait for a fragment.
     tick: float
@@ -226,10 +227,8 @@ class BlockLoop:
                             "not applied", self.who, event.seqno, event.event_id)
         else:
             self._prep.apply(self.applier, event)
-        rows = event.row_count
-        block.rows += rows
+        block.rows += event.row_count
         block.bytes += fragment.size
-        self._count_rows(rows)
         if not event.last_frag:
             crashpoints.reached("apply-between-fragments")
             return
@@ -271,7 +270,7 @@ class BlockLoop:
         if pending is None:
             self.settle()  # nothing can be pending behind a commit that is done
             crashpoints.reached("apply-committed")
-            self.committed(block)
+            self._counted(block)
         else:
             self._pending.append((pending, block))
             crashpoints.reached("apply-commit-sent")
@@ -289,6 +288,12 @@ class BlockLoop:
             _blame(exc, block)
             raise
         crashpoints.reached("apply-committed")
+        self._counted(block)
+
+    def _counted(self, block: Block) -> None:
+        """``block`` is committed: its rows are counted (once a block, not a fragment: a
+        counter's lock each event was measurable), then ``committed``."""
+        self._count_rows(block.rows)
         self.committed(block)
 
 

@@ -87,8 +87,9 @@ class GroupControl:
         self.wakeup.set()
 
     def desired(self) -> Desired:
-        with self._desired_lock:
-            return self._desired
+        # No lock: ``on_desired`` makes the new request whole before it replaces the
+        # reference, and a reference is read at once (asked on every seqno boundary).
+        return self._desired
 
     def wants_online(self) -> bool:
         d = self.desired()
