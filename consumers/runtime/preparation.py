@@ -113,7 +113,7 @@ class Preparation:
                     if item.table == HEARTBEAT_TABLE:
                         beats.extend(heartbeats(item, event.seqno, event.event_id))
                     continue  # the replicator's own bookkeeping, never data
-                if self.filter.everything or self.filter.keeps(item.schema, item.table):
+                if self.filter.keeps(item.schema, item.table):
                     kept.append(item)
             elif self.filter.keeps_item(item):
                 kept.append(item)

@@ -128,6 +128,20 @@ def _apply(applier: SqlApplier, event: ThlEvent) -> Position:
     return Position.of(event)
 
 
+def _stored_seqno(applier: SqlApplier) -> int:
+    """The stored position as the applier reads it (a read of the target)."""
+    pos = applier.position()
+    assert pos is not None
+    return pos.seqno
+
+
+def _only_the_first_block_stays(target: Target, applier: SqlApplier) -> None:
+    """Nothing after the started block is on the target, and the applier, on a working
+    connection, reads the started block's position."""
+    assert target.ids() == [1] and target.stored() == 0
+    assert _stored_seqno(applier) == 0
+
+
 def test_a_block_is_applied_while_the_one_before_commits_and_neither_shows_early(
         target: Target) -> None:
     applier = target.started(1, 2)
@@ -154,8 +168,7 @@ def test_a_block_is_applied_while_the_one_before_commits_and_neither_shows_early
         assert conn.exec_driver_sql(f"SELECT v FROM {s}.t WHERE id = 3").scalar() == "s2"
     # A read of the target (here the stored position) waits for nothing: the
     # applier is between blocks with nothing pending.
-    pos = applier.position()
-    assert pos is not None and pos.seqno == 3
+    assert _stored_seqno(applier) == 3
 
 
 def test_a_refused_pending_block_is_its_own_error_and_takes_the_next_one_along(
@@ -173,10 +186,8 @@ def test_a_refused_pending_block_is_its_own_error_and_takes_the_next_one_along(
         first.finish()
     assert again.value is raised.value
     applier.rollback()
-    assert target.ids() == [1] and target.stored() == 0
-    # The session starts again from the stored position, on a working connection.
-    pos = applier.position()
-    assert pos is not None and pos.seqno == 0
+    # The session starts again from the stored position.
+    _only_the_first_block_stays(target, applier)
     applier.commit(_apply(applier, _event(s, 2, RowAction.INSERT, 2)))
     assert target.ids() == [1, 2] and target.stored() == 2
 
@@ -190,9 +201,7 @@ def test_a_rollback_abandons_the_pending_commit_with_the_open_block(target: Targ
     applier.rollback()
     with pytest.raises(TransientError, match="abandoned"):
         first.finish()
-    assert target.ids() == [1] and target.stored() == 0
-    pos = applier.position()
-    assert pos is not None and pos.seqno == 0
+    _only_the_first_block_stays(target, applier)
     applier.commit(_apply(applier, _event(s, 1, RowAction.INSERT, 2)))
     pending = _sent(applier, _apply(applier, _event(s, 2, RowAction.INSERT, 3)))
     pending.finish()
@@ -212,8 +221,7 @@ def test_a_commit_riding_the_next_block_is_committed_though_that_block_fails(
         second.finish()
     assert raised.value.seqno == 2, raised.value
     assert target.ids() == [1, 2] and target.stored() == 1
-    pos = applier.position()
-    assert pos is not None and pos.seqno == 1
+    assert _stored_seqno(applier) == 1
 
 
 def test_a_commit_riding_an_abandoned_block_is_told_by_the_stored_position(
@@ -230,8 +238,7 @@ def test_a_commit_riding_an_abandoned_block_is_told_by_the_stored_position(
     # on from it.
     stored = target.stored()
     assert (stored, target.ids()) in [(0, [1]), (1, [1, 2])]
-    pos = applier.position()
-    assert pos is not None and pos.seqno == stored
+    assert _stored_seqno(applier) == stored
     if stored == 0:
         applier.commit(_apply(applier, _event(s, 1, RowAction.INSERT, 2)))
     applier.commit(_apply(applier, _event(s, 2, RowAction.INSERT, 3)))
@@ -266,9 +273,7 @@ def test_postgresql_a_copy_left_open_commits_with_its_block_or_not_at_all(
     applier.apply(_event(s, 2, RowAction.INSERT, 2))  # moves the COPY on
     assert target.ids() == [1] and target.stored() == 0
     applier.rollback()
-    assert target.ids() == [1] and target.stored() == 0
-    pos = applier.position()
-    assert pos is not None and pos.seqno == 0
+    _only_the_first_block_stays(target, applier)
     first = _sent(applier, _apply(applier, _event(s, 1, RowAction.INSERT, *many)))
     applier.begin()
     applier.apply(_event(s, 2, RowAction.INSERT, 2))
@@ -296,9 +301,7 @@ def test_postgresql_a_copy_the_target_refuses_is_the_pending_blocks_own_error(
         first.finish()
     assert raised.value.seqno == 1
     applier.rollback()
-    assert target.ids() == [1] and target.stored() == 0
-    pos = applier.position()
-    assert pos is not None and pos.seqno == 0
+    _only_the_first_block_stays(target, applier)
 
 
 def test_postgresql_a_riding_commit_the_server_refuses_stops_the_block_it_leads(
@@ -323,8 +326,6 @@ def test_postgresql_a_riding_commit_the_server_refuses_stops_the_block_it_leads(
         second.finish()
     assert abandoned.value.seqno == 2
     applier.rollback()
-    assert target.ids() == [1] and target.stored() == 0
-    pos = applier.position()
-    assert pos is not None and pos.seqno == 0
+    _only_the_first_block_stays(target, applier)
     applier.commit(_apply(applier, _event(s, 2, RowAction.INSERT, 4)))
     assert target.ids() == [1, 4] and target.stored() == 2
