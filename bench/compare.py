@@ -176,7 +176,7 @@ def remove_services(extraction: list[Run]) -> None:
 
 def apply_runs(cfg: ServiceConfig, path: Path, work: Workload, tail: int,
                replica: Replica | None, runs: int, timeout: float) -> list[Run]:
-    """The MariaDB groups (default block of 100 events, and 10; the first also timed from
+    """The MariaDB groups (the default block, 200 events, and 10; the first also timed from
     ``trepctl online`` on a running process), PostgreSQL and the native replica,
     alternating."""
     appliers: list[Callable[[], Run]] = [

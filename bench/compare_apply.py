@@ -130,7 +130,7 @@ def applied(engine: sa.Engine, cfg: ServiceConfig) -> int:
 
 
 def apply_groups(schema: str) -> dict[str, Any]:
-    """The consumer groups measured: MariaDB with the default block (100 events) and with 10."""
+    """The consumer groups measured: MariaDB with the default block (200 events) and with 10."""
     mariadb = {"type": "sql", "url": f"mysql+pymysql://root@{HOST}:"
                                      f"{settings.port('mariadb-target')}/"}
     return {"consumers": {

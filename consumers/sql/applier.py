@@ -83,9 +83,11 @@ log = logging.getLogger(__name__)
 _CREATES = ("postgresql", "oracle")
 #: Default block limits. Idle commit keeps a block to what is waiting, so the limits only
 #: matter under a backlog; there a block of 100 events applies about 1.6x the rows/s of one
-#: of 10 at two thirds of the CPU per row (bench-compare, set-based). Rows and bytes bound
-#: what one block holds in memory when the transactions are large.
-_BLOCK = BlockLimits(events=100, rows=10_000, bytes=16 << 20, ms=500, idle=True)
+#: of 10 at two thirds of the CPU per row (bench-compare, set-based), and one of 200 about
+#: 1.08-1.14x the rows/s of one of 100 at 0.90-0.94x the group's CPU per row (MariaDB and
+#: PostgreSQL, 10-row events; docs/performance.md). Rows and bytes bound what one block
+#: holds in memory when the transactions are large.
+_BLOCK = BlockLimits(events=200, rows=10_000, bytes=16 << 20, ms=500, idle=True)
 #: A connection kept between blocks is handed back to the pool (which pings it at the next
 #: checkout) once it has been idle this long: a target restarted meanwhile costs no error.
 _KEEP_IDLE_S = 10.0
@@ -196,7 +198,19 @@ class SqlApplier:
             self._engine = sa.create_engine(self.url, pool_pre_ping=True, pool_size=1,
                                             hide_parameters=True, **self._connect_args())
         self._positions.create(self._eng)
+        if self._batches.multi and self.dialect in MYSQL_FAMILY:
+            self._fit_round_trips()
         self._replay.replaying = True
+
+    def _fit_round_trips(self) -> None:
+        """Round trips the server takes: its max_allowed_packet, read at every connect (an
+        operator may have changed it)."""
+        try:
+            with self._eng.connect() as conn:
+                packet = conn.exec_driver_sql("SELECT @@max_allowed_packet").scalar_one()
+        except sa_exc.DBAPIError as exc:
+            raise self._classify(exc, "reading max_allowed_packet") from exc
+        self._batches.fit_round_trips(int(packet))
 
     def _connect_args(self) -> dict[str, Any]:
         if self.dialect in MYSQL_FAMILY:

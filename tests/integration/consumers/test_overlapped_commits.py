@@ -19,6 +19,7 @@ from consumers.errors import ConsumerError, PositionConflict, TransientError
 from consumers.position import Position
 from consumers.registry import ApplierContext
 from consumers.sql.applier import SqlApplier
+from consumers.sql.batches import InFlight, LastCopy
 from consumers.sql.config import SqlTarget
 from replicator.config import ServiceSettings
 from replicator.tracking import CommitSeqnoTable
@@ -169,6 +170,41 @@ def test_a_block_is_applied_while_the_one_before_commits_and_neither_shows_early
     # A read of the target (here the stored position) waits for nothing: the
     # applier is between blocks with nothing pending.
     assert _stored_seqno(applier) == 3
+
+
+def test_a_block_of_more_text_than_a_round_trip_goes_in_several_and_its_last_overlaps(
+        target: Target) -> None:
+    """Round trips are cut at ``round_trip_bytes`` (at least one statement each): the
+    block's earlier ones are answered before the next goes out, its last one carries the
+    position and is left pending; every row lands, and nothing shows before the COMMIT."""
+    applier = target.started(*range(1, 3001))
+    trips = 0
+    transmit = applier._batches.transmit
+
+    def counted(last: LastCopy | None = None, lead_commit: bool = False) -> InFlight | None:
+        nonlocal trips
+        trips += 1
+        return transmit(last, lead_commit)
+
+    applier._batches.transmit = counted  # type: ignore[method-assign]
+    # Far below one statement: each statement goes in a round trip of its own.
+    applier._batches.round_trip_bytes = 4096
+    s = target.name
+    applier.begin()
+    applier.apply(_event(s, 1, RowAction.DELETE, *range(1, 2501)))  # 3 IN lists
+    applier.apply(_event(s, 2, RowAction.UPDATE, *range(2501, 3001)))
+    last = _event(s, 3, RowAction.INSERT, *range(3001, 4001))
+    applier.apply(last)
+    pending = _sent(applier, Position.of(last))
+    assert trips >= 4, f"the block went in {trips} round trip(s)"
+    assert target.stored() == 0 and len(target.ids()) == 3000  # not committed yet
+    pending.finish()
+    assert target.stored() == 3
+    assert target.ids() == list(range(2501, 4001))
+    with target.engine.connect() as conn:
+        values = {r[0]: r[1] for r in conn.exec_driver_sql(f"SELECT id, v FROM {s}.t")}
+    assert all(values[i] == "s2" for i in range(2501, 3001))
+    assert all(values[i] == "s3" for i in range(3001, 4001))
 
 
 def test_a_refused_pending_block_is_its_own_error_and_takes_the_next_one_along(
