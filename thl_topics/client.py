@@ -212,7 +212,7 @@ def check_access(kafka: str | Mapping[str, Any], timeout: float = 15.0) -> int:
     probe["reconnect.backoff.max.ms"] = min(backoff, _PROBE_BACKOFF_MS)
     # Its first metadata answer replaces the bootstrap broker with the one it names, which
     # librdkafka connects to only after half of reconnect.backoff.ms: 45-65 ms of each
-    # check with the default 100 ms, about 25 with 20 (one a group session's start).
+    # check with the default 100 ms, about 25 with 20 (a check at every group session start).
     probe["reconnect.backoff.ms"] = min(int(probe.get("reconnect.backoff.ms", 100)),
                                         _PROBE_FIRST_BACKOFF_MS, probe["reconnect.backoff.max.ms"])
     admin, watch = new_admin(probe)
