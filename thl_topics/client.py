@@ -198,7 +198,7 @@ def settings_error(settings: ClientSettings, exc: KafkaException) -> KafkaSettin
 
 
 def check_access(kafka: str | Mapping[str, Any], timeout: float = 15.0) -> int:
-    """Connect, authenticate and fetch the cluster's metadata; the number of brokers.
+    """Connect, authenticate and ask for the cluster's brokers; their number.
 
     Raises ``KafkaAccessError`` (terminal) as soon as the broker refuses the credentials or
     the certificate, ``ThlUnavailable`` naming the bootstrap servers if no broker answers
@@ -220,13 +220,15 @@ def check_access(kafka: str | Mapping[str, Any], timeout: float = 15.0) -> int:
     deadline = time.monotonic() + timeout
     last: KafkaError | None = None
     while True:
-        # Short metadata requests, serving the error callbacks in between: a refused
-        # login shows up there within one connection attempt (~0.3 s), long before a
-        # metadata request would time out.
+        # Short requests, serving the error callbacks in between: a refused login shows up
+        # there within one connection attempt (~0.3 s), long before a request would time
+        # out. librdkafka sends describe_cluster as a brokers-only metadata request, where
+        # list_topics() asked for every topic of the cluster (7.5 ms of the stack's broker
+        # and a ~100 KB answer with 300 topics; far more on a production cluster).
         step = max(0.05, min(0.5, deadline - time.monotonic()))
         try:
-            meta = admin.list_topics(timeout=step)
-            return len(meta.brokers)
+            cluster = admin.describe_cluster(request_timeout=step).result()
+            return len(cluster.nodes)
         except KafkaException as exc:
             last = exc.args[0] if exc.args else None
         admin.poll(0)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import socket
 import time
+from concurrent.futures import Future
+from types import SimpleNamespace
 
 import pytest
 from confluent_kafka import KafkaError
 
+from thl_topics import client
 from thl_topics.client import (
     LIBRDKAFKA_LOG,
     BrokerWatch,
@@ -141,3 +144,36 @@ def test_a_broker_that_does_not_answer_is_unavailable_naming_it() -> None:
     assert message.startswith(f"Kafka at 127.0.0.1:{port} (SASL_SSL) does not answer within "
                               "1 s: ")
     assert "pw-secret" not in message and "\n" not in message
+
+
+class _BrokersOnlyAdmin:
+    """A stand-in admin client: answers describe_cluster, refuses a full metadata request."""
+
+    def __init__(self) -> None:
+        self.asked: list[float] = []
+
+    def describe_cluster(self, request_timeout: float) -> Future[object]:
+        self.asked.append(request_timeout)
+        answer: Future[object] = Future()
+        answer.set_result(SimpleNamespace(nodes=[object(), object()]))
+        return answer
+
+    def list_topics(self, *args: object, **kwargs: object) -> None:
+        raise AssertionError("the access check asked for the metadata of every topic")
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+def test_the_access_check_asks_for_the_brokers_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """librdkafka sends describe_cluster as a brokers-only metadata request; list_topics()
+    would ask for every topic of the cluster at every session start."""
+    admin = _BrokersOnlyAdmin()
+
+    def stand_in(kafka: object) -> tuple[_BrokersOnlyAdmin, BrokerWatch]:
+        _settings, watch = watched(kafka)  # type: ignore[arg-type]
+        return admin, watch
+
+    monkeypatch.setattr(client, "new_admin", stand_in)
+    assert check_access({"bootstrap.servers": "127.0.0.1:9092"}, timeout=5) == 2
+    assert len(admin.asked) == 1 and 0.05 <= admin.asked[0] <= 0.5
