@@ -13,5 +13,6 @@ setup(ext_modules=cythonize(
      Extension("thl_topics._avro_read", ["thl_topics/_avro_read.pyx"]),
      Extension("consumers.sql._render_rows", ["consumers/sql/_render_rows.pyx"]),
      Extension("consumers.sql._adapt_rows", ["consumers/sql/_adapt_rows.pyx"]),
+     Extension("consumers.sql._collapse", ["consumers/sql/_collapse.pyx"]),
      Extension("consumers.warehouse._stage_lines", ["consumers/warehouse/_stage_lines.pyx"])],
     compiler_directives={"language_level": "3"}, quiet=True))

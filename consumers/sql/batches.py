@@ -42,14 +42,8 @@ from pymysql.cursors import RE_INSERT_VALUES
 from sqlalchemy import exc as sa_exc
 
 from consumers.errors import DataError, TransientError
-from consumers.sql.collapse import (
-    Image,
-    Key,
-    KeyOf,
-    NotCollapsed,
-    TableChanges,
-    picker,
-)
+from consumers.sql._collapse import Picker, TableChanges
+from consumers.sql.collapse import Image, Key, KeyOf, NotCollapsed
 from consumers.sql.config import MYSQL_FAMILY
 from consumers.sql.context import TargetContext
 from consumers.sql.positions import SqlTracking
@@ -254,7 +248,7 @@ def _key_of(key: tuple[str, ...], specs: list[ColumnSpec]) -> KeyOf | None:
     index = {c.name: i for i, c in enumerate(specs)}
     if not all(k in index for k in key):
         return None
-    return picker([index[k] for k in key])
+    return Picker([index[k] for k in key])
 
 
 class BatchWriter:
@@ -369,15 +363,11 @@ class BatchWriter:
                 taken = changes.insert_all(after, after_key)
             elif action is RowAction.UPDATE and after_key is not None \
                     and before_key is not None:
-                for new, old in zip(after, before, strict=True):
-                    changes.update(new, old, before_key, after_key)
-                    taken += 1
+                taken = changes.update_all(after, before, before_key, after_key)
             elif action is RowAction.DELETE and before_key is not None:
-                for image in before:
-                    changes.delete(image, before_key)
-                    taken += 1
+                taken = changes.delete_all(before, before_key)
         except NotCollapsed:
-            pass
+            pass  # an unhashable key value (``insert_all`` stops before it)
         self.collapsed_rows += taken
         return taken
 
@@ -393,22 +383,21 @@ class BatchWriter:
         try:
             literal, special = literals(cursor, self.ctx.dialect)
             counted = self.ctx.dialect in MYSQL_FAMILY
-            for h in held:
+            outcomes = [h.changes.outcome() for h in held]
+            for h, (exist, absent, _, _, _) in zip(held, outcomes, strict=True):
                 if not counted:
-                    self._keys_statements(h, "SELECT COUNT(*) FROM", h.changes.must_exist(),
-                                          literal, "count", True)
-                self._keys_statements(h, "SELECT COUNT(*) FROM", h.changes.must_not_exist(),
-                                      literal, "count", False)
-            for h in held:
-                self._keys_statements(h, "DELETE FROM", h.changes.deleted(), literal, "rows",
-                                      True)
+                    self._keys_statements(h, "SELECT COUNT(*) FROM", exist, literal, "count",
+                                          True)
+                self._keys_statements(h, "SELECT COUNT(*) FROM", absent, literal, "count",
+                                      False)
+            for h, (_, _, gone, _, _) in zip(held, outcomes, strict=True):
+                self._keys_statements(h, "DELETE FROM", gone, literal, "rows", True)
             # Kept rows before new ones: a new row may take a unique value a kept one gave up.
-            for h in held:
-                self._insert_statements(h, list(h.changes.upserted()), literal, special,
-                                        self._upsert_clause(h), counted=counted)
-            for h in held:
-                left = self._insert_statements(h, list(h.changes.inserted()), literal,
-                                               special, "", copy=True,
+            for h, (_, _, _, kept, _) in zip(held, outcomes, strict=True):
+                self._insert_statements(h, kept, literal, special, self._upsert_clause(h),
+                                        counted=counted)
+            for h, (_, _, _, _, new) in zip(held, outcomes, strict=True):
+                left = self._insert_statements(h, new, literal, special, "", copy=True,
                                                open_end=open_end and h is held[-1])
         finally:
             cursor.close()

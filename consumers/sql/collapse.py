@@ -14,6 +14,9 @@ that keeps the source's foreign keys, a delete and an insert would cascade where
 updated. A change the net effects cannot explain (a key inserted twice, a deleted key
 updated) is ``Unexplained``: the rows did not come from one consistent source; the changes
 go in order, and the target says what is wrong.
+
+The classes here are the reference: the applier uses their compiled twins
+(``consumers.sql._collapse``), which the unit tests hold equal to them.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ Key = tuple[object, ...]
 Image = Sequence[object]
 #: The primary key's values of an image, in key order.
 KeyOf = Callable[[Image], Key]
+#: ``TableChanges.outcome``: keys that must exist, keys that must not, keys deleted; images
+#: upserted, images inserted.
+Outcome = tuple[list[Key], list[Key], list[Key], list[Image], list[Image]]
 
 
 class NotCollapsed(Exception):
@@ -112,6 +118,21 @@ class TableChanges:
         else:
             net.image = after
 
+    def update_all(self, after: Sequence[Image], before: Sequence[Image], before_key: KeyOf,
+                   after_key: KeyOf) -> int:
+        """``update`` of each pair of images in turn, up to the first that cannot be
+        collapsed; how many were taken."""
+        if len(after) != len(before):
+            raise ValueError(f"{len(after)} after images, {len(before)} before images")
+        taken = 0
+        for new, old in zip(after, before, strict=True):
+            try:
+                self.update(new, old, before_key, after_key)
+            except NotCollapsed:
+                return taken
+            taken += 1
+        return taken
+
     def delete(self, before: Image, key_of: KeyOf) -> None:
         key = key_of(before)
         net = self._net(key)
@@ -121,6 +142,18 @@ class TableChanges:
             raise Unexplained(f"key {key!r} deleted twice")
         else:
             net.image = None
+
+    def delete_all(self, before: Sequence[Image], key_of: KeyOf) -> int:
+        """``delete`` of each image in turn, up to the first that cannot be collapsed; how
+        many were taken."""
+        taken = 0
+        for image in before:
+            try:
+                self.delete(image, key_of)
+            except NotCollapsed:
+                return taken
+            taken += 1
+        return taken
 
     # -- what the target gets -------------------------------------------------------------
 
@@ -144,6 +177,27 @@ class TableChanges:
     def upserted(self) -> Iterator[Image]:
         """After images of keys that were there and stay (their existence checked)."""
         return (n.image for n in self.nets.values() if n.existed and n.image is not None)
+
+    def outcome(self) -> Outcome:
+        """``(must_exist, must_not_exist, deleted, upserted, inserted)`` as lists, in one
+        pass over the keys."""
+        exist: list[Key] = []
+        absent: list[Key] = []
+        gone: list[Key] = []
+        kept: list[Image] = []
+        new: list[Image] = []
+        for key, net in self.nets.items():
+            if net.existed:
+                if net.image is None:
+                    gone.append(key)
+                else:
+                    exist.append(key)
+                    kept.append(net.image)
+            elif net.image is None:
+                absent.append(key)
+            else:
+                new.append(net.image)
+        return exist, absent, gone, kept, new
 
     def _net(self, key: Key) -> Net | None:
         try:
