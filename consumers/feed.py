@@ -16,7 +16,14 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from consumers.errors import ConsumerError, TerminalError, TransientError
 from replicator.held_back import HeldBack
-from thl_topics.client import check_access, is_access_error, new_admin, settings_error, watched
+from thl_topics.client import (
+    check_access,
+    is_access_error,
+    new_admin,
+    quick_first_answer,
+    settings_error,
+    watched,
+)
 from thl_topics.closing import close_consumer
 from thl_topics.errors import (
     KafkaAccessError,
@@ -85,7 +92,7 @@ class ThlFeed:
         self._stall = StallWatch(self._reader.first_offset, stall_check_s)
         settings, self._watch = watched(kafka)
         conf = {
-            **settings,
+            **quick_first_answer(settings),
             "group.id": group_id,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,

@@ -17,6 +17,7 @@ from thl_topics.client import (
     ClientSettings,
     access_error,
     is_access_error,
+    quick_first_answer,
     settings_error,
     watched,
 )
@@ -71,7 +72,7 @@ class ThlReader:
         settings, self._watch = watched(kafka)
         # Kept for messages; a ClientSettings, so even a stray repr hides the secrets.
         self._conf = ClientSettings({
-            **settings,
+            **quick_first_answer(settings),
             # librdkafka wants a group id even for assign(); nothing is ever committed.
             "group.id": f"thl-reader-{uuid.uuid4()}",
             "enable.auto.commit": False,

@@ -19,6 +19,7 @@ from thl_topics.client import (
     check_access,
     client_settings,
     is_access_error,
+    quick_first_answer,
     watched,
 )
 from thl_topics.errors import KafkaAccessError, KafkaSettingsError, ThlUnavailable
@@ -120,6 +121,12 @@ def test_watched_settings_carry_the_watch_and_the_logger() -> None:
     assert settings["logger"] is LIBRDKAFKA_LOG
     assert "error_cb" not in source
     assert "hunter2" not in repr(settings)
+
+
+def test_a_quick_first_answer_keeps_a_configured_backoff() -> None:
+    assert quick_first_answer(client_settings("k1:9092"))["reconnect.backoff.ms"] == 20
+    configured = client_settings({"bootstrap.servers": "k1:9092", "reconnect.backoff.ms": 500})
+    assert quick_first_answer(configured)["reconnect.backoff.ms"] == 500
 
 
 def test_unknown_properties_fail_at_once_naming_the_section() -> None:

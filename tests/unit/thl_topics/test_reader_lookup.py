@@ -19,6 +19,7 @@ class Consumer:
 
     def __init__(self, conf: dict[str, Any], *, refuse_lookup: bool = False) -> None:
         self.calls: list[str] = []
+        self.conf = conf
         self.refuse_lookup = refuse_lookup
 
     def list_topics(self, topic: str, timeout: float) -> None:
@@ -59,3 +60,14 @@ def test_a_failed_look_up_leaves_the_answer_to_the_offsets_query(
     reader, consumer = _reader(monkeypatch, refuse_lookup=True)
     assert reader.watermarks() == (3, 9)
     assert consumer.calls == ["list_topics thl.t", "watermarks"]
+
+
+def test_a_reader_reconnects_quickly_the_first_time_unless_configured(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its first question waits for the broker its first metadata answer names, which
+    librdkafka connects to after half of ``reconnect.backoff.ms``."""
+    _, consumer = _reader(monkeypatch)
+    assert consumer.conf["reconnect.backoff.ms"] == 20
+    configured = ThlReader({"bootstrap.servers": "127.0.0.1:1", "reconnect.backoff.ms": 250},
+                           "thl.t")
+    assert configured._consumer.conf["reconnect.backoff.ms"] == 250  # type: ignore[attr-defined]
