@@ -16,7 +16,7 @@ from typing import Any
 import pymysql
 import sqlalchemy as sa
 from compare_workload import RUN, SOURCE, Workload, mariadb_digest, pg_digest, query
-from group_timing import time_group
+from group_timing import POLL_S, time_group
 from kazoo.client import KazooClient
 from processes import cpu_seconds
 from service import connect_mysql
@@ -107,7 +107,7 @@ def run_native(replica: Replica, work: Workload, timeout: float) -> dict[str, An
             break
         if time.monotonic() > deadline:
             raise SystemExit("the replica's SQL thread did not finish in time")
-        time.sleep(0.02)
+        time.sleep(POLL_S)
     elapsed = time.monotonic() - started
     cpu = cpu_seconds(pid, children=True) - cpu0
     query(port, "STOP SLAVE")
