@@ -43,7 +43,7 @@ from sqlalchemy import exc as sa_exc
 
 from consumers.errors import DataError, TransientError
 from consumers.sql._collapse import Picker, TableChanges
-from consumers.sql.collapse import Image, Key, KeyOf, NotCollapsed
+from consumers.sql.collapse import Image, Key, KeyOf
 from consumers.sql.config import MYSQL_FAMILY
 from consumers.sql.context import TargetContext
 from consumers.sql.positions import SqlTracking
@@ -357,17 +357,15 @@ class BatchWriter:
         held.columns = held.columns or columns
         changes = held.changes
         after_key, before_key = plan.after, plan.before
+        # Each takes the rows up to the first it cannot collapse (a key move, an unexplained
+        # change, an unhashable key value): from there on, in order.
         taken = 0
-        try:
-            if action is RowAction.INSERT and after_key is not None:
-                taken = changes.insert_all(after, after_key)
-            elif action is RowAction.UPDATE and after_key is not None \
-                    and before_key is not None:
-                taken = changes.update_all(after, before, before_key, after_key)
-            elif action is RowAction.DELETE and before_key is not None:
-                taken = changes.delete_all(before, before_key)
-        except NotCollapsed:
-            pass  # an unhashable key value (``insert_all`` stops before it)
+        if action is RowAction.INSERT and after_key is not None:
+            taken = changes.insert_all(after, after_key)
+        elif action is RowAction.UPDATE and after_key is not None and before_key is not None:
+            taken = changes.update_all(after, before, before_key, after_key)
+        elif action is RowAction.DELETE and before_key is not None:
+            taken = changes.delete_all(before, before_key)
         self.collapsed_rows += taken
         return taken
 
