@@ -46,9 +46,6 @@ cdef class Picker:
     def __call__(self, image):
         return self.pick(image)
 
-    def __reduce__(self):
-        return (Picker, (self.index,))
-
 
 cdef inline object _key(object key_of, object image):
     if type(key_of) is Picker:
