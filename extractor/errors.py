@@ -33,9 +33,10 @@ class ThlCommitUnknown(ExtractorError):
 
 
 class SameServerId(ExtractorError):
-    """The source already serves a binlog client with this extractor's ``server_id``: this
-    extractor's own connection from before a restart, which the server drops within
-    seconds, or another replica or extractor that must be given another ``server_id``."""
+    """The source dropped this extractor's binlog connection because a newer client
+    announced the same ``server_id`` (MariaDB and MySQL keep only the newest): a standby that
+    took over, or another replica or extractor that must be given a ``server_id`` of its own.
+    A restarted extractor never sees it: its own connection is the newer one."""
 
 
 class LeaderLost(ExtractorError, LockLost):

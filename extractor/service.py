@@ -89,7 +89,7 @@ _EVENTS = [MariadbGtidEvent, QueryEvent, XidEvent, XAPrepareEvent, WriteRowsEven
 ACCESS_CHECK_S = 15.0
 #: MySQL error 1236: the requested binlog file or position is not on the server.
 _ER_MASTER_FATAL_READING_BINLOG = 1236
-#: MariaDB's ER_SLAVE_SAME_ID: a binlog dump with this server_id is still connected.
+#: MariaDB's ER_SLAVE_SAME_ID: a newer binlog client with this server_id took our place.
 _ER_SLAVE_SAME_ID = 4052
 
 
@@ -348,10 +348,10 @@ class Extractor:
             code = exc.args[0] if exc.args else None
             if code == _ER_SLAVE_SAME_ID:
                 raise SameServerId(
-                    f"the source already has a binlog client with server_id "
-                    f"{self.cfg.server_id}: this extractor's connection from before its "
-                    "restart (the server drops it within seconds), or another replica or "
-                    "extractor with the same server_id, which needs a server_id of its own "
+                    f"another binlog client with server_id {self.cfg.server_id} connected "
+                    "to the source, which dropped this extractor's connection: another "
+                    "extractor or replica of this source announces the same server_id; "
+                    "give each its own (extractor.server_id) "
                     f"({exc.args[1] if len(exc.args) > 1 else exc})") from exc
             if code == _ER_MASTER_FATAL_READING_BINLOG:
                 at = self._resume_at

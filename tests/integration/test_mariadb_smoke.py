@@ -10,6 +10,8 @@ from pymysqlreplication.row_event import WriteRowsEvent
 
 from stack.services.mariadb import MariaDB
 
+from .harness.config import server_id
+
 
 def test_source_binlog_settings(mariadb_source: MariaDB) -> None:
     with mariadb_source.connect() as conn, conn.cursor() as cur:
@@ -35,7 +37,7 @@ def test_row_event_read_back_with_pymysqlreplication(mariadb_source: MariaDB) ->
     stream = BinLogStreamReader(
         connection_settings={"host": "127.0.0.1", "port": mariadb_source.port,
                              "user": "root", "passwd": ""},
-        server_id=4242, log_file=log_file, log_pos=log_pos, resume_stream=True,
+        server_id=server_id(), log_file=log_file, log_pos=log_pos, resume_stream=True,
         blocking=False, only_events=[WriteRowsEvent], only_schemas=[schema],
     )
     try:

@@ -61,8 +61,7 @@ class Conformance:
         self.cfg: ServiceConfig = write_service(
             self.config_path, self.name, bootstrap=self.bootstrap,
             zookeeper={"hosts": self.zk_hosts}, source_port=self.source.port,
-            extractor=extractor_section(self.name, self.schema, 8000, 1000,
-                                        {"batch_ms": 20, **extractor}),
+            extractor=extractor_section(self.schema, {"batch_ms": 20, **extractor}),
             consumers={GROUP: {"target": self.kind.target(self.name),
                                "block_commit_ms": self.kind.block_ms, **(group or {})}})
 

@@ -58,7 +58,7 @@ class Replication:
         self.cfg: ServiceConfig = write_service(
             self.config_path, self.name, bootstrap=f"127.0.0.1:{kafka.port}",
             zookeeper={"hosts": f"127.0.0.1:{zookeeper.port}"}, source_port=source.port,
-            extractor=extractor_section(self.name, self.schema, 3000, 5000, {"batch_ms": 20}),
+            extractor=extractor_section(self.schema, {"batch_ms": 20}),
             consumers={
                 "mariadb": {"target": {"type": "sql", **mariadb_target,
                                        "url": f"mysql+pymysql://root@127.0.0.1:{target.port}/"},

@@ -38,7 +38,7 @@ class ServiceUnderTest:
         self.cfg: ServiceConfig = write_service(
             self.config_path, self.name, bootstrap=f"127.0.0.1:{kafka.port}",
             zookeeper={"hosts": f"127.0.0.1:{zookeeper.port}"}, source_port=source.port,
-            extractor=extractor_section(self.name, self.schema, 2000, 5000, extractor))
+            extractor=extractor_section(self.schema, extractor))
         self.sql(f"CREATE DATABASE {self.schema}",
                  f"CREATE TABLE {self.schema}.ready (n INT AUTO_INCREMENT PRIMARY KEY)")
         self.log_path = tmp_path / f"{self.name}.log"

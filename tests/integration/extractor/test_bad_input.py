@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -9,9 +10,11 @@ from collections.abc import Callable
 import pytest
 from click.testing import CliRunner
 from confluent_kafka import Producer
+from pymysqlreplication import BinLogStreamReader
 
 from extractor.errors import BinlogPurgedError
 from stack.services.mariadb import MariaDB
+from thl_topics.event import RowChange
 from thl_topics.records import record_key
 from trep.thl import cli
 
@@ -76,3 +79,40 @@ def test_thl_list_reports_an_undecodable_record_and_goes_on(
     # ... and it went on to the next record, the extractor's real seqno 1
     assert out.index("- ACTION = INSERT") > bad.end()
     assert "1 record(s) could not be decoded" in out
+
+
+def test_a_client_announcing_the_extractors_server_id_is_named_and_nothing_is_lost(
+        running: ServiceUnderTest, caplog: pytest.LogCaptureFixture) -> None:
+    """Another binlog client with the extractor's server_id (a misconfigured replica) makes
+    the source drop the extractor's connection: the extractor says which id and what to
+    change, starts again from the THL tail once the other client is gone, and every row
+    committed before, during and after is in the THL once."""
+    svc = running
+    svc.sql(f"CREATE TABLE {svc.schema}.t (id INT PRIMARY KEY)",
+            f"INSERT INTO {svc.schema}.t VALUES (1)")
+    svc.wait_for_seqno(svc.wait_streaming())
+    caplog.set_level(logging.WARNING, logger="extractor.service")
+    file, pos = svc.sql("SHOW MASTER STATUS")[0][:2]
+    intruder = BinLogStreamReader(
+        connection_settings={"host": "127.0.0.1", "port": svc.source.port, "user": "root",
+                             "passwd": ""},
+        server_id=svc.cfg.extractor.server_id, log_file=file, log_pos=int(pos),
+        resume_stream=True, blocking=False, enable_logging=False)
+    try:
+        svc.sql(f"INSERT INTO {svc.schema}.t VALUES (2)")
+        list(intruder)  # its binlog dump ends at the binlog's end: it disconnects by itself
+    finally:
+        intruder.close()
+    svc.sql(f"INSERT INTO {svc.schema}.t VALUES (3)")
+    deadline = time.monotonic() + 60
+    while not any("give each its own (extractor.server_id)" in r.getMessage()
+                  for r in caplog.records):
+        assert time.monotonic() < deadline, "the extractor never said its connection was taken"
+        time.sleep(0.1)
+    warning = next(r.getMessage() for r in caplog.records if "server_id" in r.getMessage())
+    assert f"server_id {svc.cfg.extractor.server_id}" in warning, warning
+    svc.sql(f"INSERT INTO {svc.schema}.t VALUES (4)")
+    seqno = svc.wait_streaming(svc.tail_seqno())
+    ids = [row[0] for event in svc.wait_for_seqno(seqno) for item in event.data
+           if isinstance(item, RowChange) and item.table == "t" for row in item.column_values]
+    assert ids == [1, 2, 3, 4], ids

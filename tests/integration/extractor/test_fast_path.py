@@ -22,6 +22,7 @@ from stack.services.mariadb import MariaDB
 from thl_topics.codec import ThlCodec
 from thl_topics.event import RowChange, ThlEvent
 
+from ..harness.config import server_id
 from .test_type_matrix import COLUMNS, ROWS
 
 
@@ -55,7 +56,7 @@ def _extract(source: MariaDB, schema: str, start: BinlogPosition,
     stream = BinLogStreamReader(
         connection_settings={"host": "127.0.0.1", "port": source.port, "user": "root",
                              "passwd": ""},
-        server_id=5000 + uuid.uuid4().int % 1000, log_file=start.file, log_pos=start.pos,
+        server_id=server_id(), log_file=start.file, log_pos=start.pos,
         resume_stream=True, blocking=False, only_events=_EVENTS, is_mariadb=False,
         enable_logging=False)
     try:

@@ -7,6 +7,8 @@ see each other's data.
 
 from __future__ import annotations
 
+import itertools
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,13 +23,23 @@ def service_name(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:10]}"
 
 
-def server_id(name: str, first: int, count: int) -> int:
-    """The extractor's replica server id, one of ``count`` from ``first``.
+#: Replication client ids taken by this test process so far.
+_server_ids = itertools.count()
+#: Ids per pytest worker: more than a run of the suite takes.
+_IDS_PER_WORKER = 100_000
 
-    Two extractors with one server id on the same source throw each other off; each harness
-    draws from its own range, by the name's first hex digits.
+
+def server_id() -> int:
+    """A replication client id (``server_id``) no other extractor or reader of this test run
+    announces to the source.
+
+    The source drops the older of two binlog clients with one id, and a client that retries
+    drops the other in turn: two services of tests running at once must never share one.
+    Each pytest worker draws from its own range, above the ids the demo, the benchmarks and
+    the stack's servers use.
     """
-    return first + int(name[1:5], 16) % count
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    return _IDS_PER_WORKER * (1 + int(worker or 0)) + next(_server_ids)
 
 
 def source_section(port: int) -> dict[str, Any]:
@@ -35,10 +47,9 @@ def source_section(port: int) -> dict[str, Any]:
     return {"host": "127.0.0.1", "port": port, "user": "root", "password": ""}
 
 
-def extractor_section(name: str, schema: str, first_id: int, ids: int,
-                      settings: dict[str, Any]) -> dict[str, Any]:
+def extractor_section(schema: str, settings: dict[str, Any]) -> dict[str, Any]:
     """The ``extractor`` section that replicates ``schema`` only (``settings`` add to it)."""
-    return {"server_id": server_id(name, first_id, ids),
+    return {"server_id": server_id(),
             "filters": {"replicate": [f"{schema}.*"]}, **settings}
 
 

@@ -61,10 +61,12 @@ def test_kafka_says_which_errors_pass() -> None:
     assert not is_passing(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
 
 
-def test_a_dump_refused_for_a_server_id_in_use_is_retried_and_names_it() -> None:
-    """MariaDB's error 4052 while the binlog is read becomes ``SameServerId``: retried (the
-    server drops this extractor's connection from before a restart within seconds), with
-    the server_id in the message for the case of another client using it."""
+def test_a_dump_dropped_for_a_newer_client_with_its_server_id_is_retried_and_names_it(
+        ) -> None:
+    """MariaDB's error 4052 while the binlog is read (a newer client announced this
+    extractor's server_id and the source dropped the older) becomes ``SameServerId``:
+    retried (a standby that took over ends this leadership anyway), with the server_id and
+    what to change in the message for the case of another client configured with it."""
     from extractor.config import ExtractorConfig
     from extractor.service import Extractor
 
@@ -76,10 +78,12 @@ def test_a_dump_refused_for_a_server_id_in_use_is_retried_and_names_it() -> None
 
         def __next__(self) -> object:
             raise pymysql.err.OperationalError(
-                4052, "A slave with the same server_uuid/server_id is already connected")
+                4052, "A slave with the same server_uuid/server_id as this slave has "
+                "connected to the master")
 
     extractor = Extractor.__new__(Extractor)
     extractor.cfg = ExtractorConfig(server_id=4242)
     with pytest.raises(SameServerId, match="binlog client with server_id 4242") as caught:
         next(extractor._events(Refused()))
+    assert "give each its own (extractor.server_id)" in str(caught.value)
     assert is_transient(caught.value)

@@ -49,7 +49,7 @@ class ChangeService:
         self.cfg: ServiceConfig = write_service(
             self.config_path, self.name, bootstrap=self.bootstrap,
             zookeeper={"hosts": f"127.0.0.1:{zookeeper.port}"}, source_port=source.port,
-            extractor=extractor_section(self.name, self.schema, 6000, 1000, {"batch_ms": 20}),
+            extractor=extractor_section(self.schema, {"batch_ms": 20}),
             consumers={g: {"target": {"type": "changes", **t}, "block_commit_ms": 100,
                            **runtime} for g, t in self.groups.items()})
         self.src(f"CREATE DATABASE {self.schema}",

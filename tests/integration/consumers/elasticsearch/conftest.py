@@ -79,8 +79,7 @@ class EsService:
             self.config_path, self.name, bootstrap=self.bootstrap,
             zookeeper={"hosts": self.zk_hosts, "timeout_s": self.zk_timeout},
             source_port=self.source.port,
-            extractor=extractor_section(self.name, self.schema, 6000, 1000,
-                                        {"batch_ms": 20, **extractor}),
+            extractor=extractor_section(self.schema, {"batch_ms": 20, **extractor}),
             consumers=consumers)
 
     # -- the source -------------------------------------------------------------------------
