@@ -185,8 +185,16 @@ class Conformance:
         self.kind.drop(self.schema, self.name)
 
 
-def _sort_key(row: Sequence[Any]) -> tuple[tuple[bool, str], ...]:
-    return tuple((v is not None, repr(v)) for v in row)
+#: Types whose values order among themselves.
+_SELF_ORDERED = (str, bytes)
+
+
+def _sort_key(row: Sequence[Any]) -> tuple[tuple[bool, str, Any], ...]:
+    """An order for rows of mixed types: text and bytes compare as themselves (the repr of a
+    64 MiB value took seconds), anything else by its repr."""
+    return tuple((v is not None, type(v).__name__, v) if type(v) in _SELF_ORDERED
+                 else (v is not None, "", repr(v)) for v in row)
+
 
 
 def _diff(name: str, src: list[Any], tgt: list[Any]) -> str:

@@ -16,6 +16,7 @@ from replicator.crashpoints import EXIT_STATUS
 from thl_topics.reader import ThlReader
 from thl_topics.values import incomplete_date
 
+from ..harness import sql
 from ..harness.processes import stacks
 from ..harness.sql import xa_decide
 from ..soak import outage_s
@@ -673,6 +674,11 @@ def test_xa_transactions_as_committed(conformance: Conformance) -> None:
     assert svc.compare(ITEMS) == {"items": 9}
 
 
+#: Nine bytes of text with a quote, a backslash and a newline: what a target's literal or
+#: file format must escape.
+ESCAPED = "é'\\\n字 "
+
+
 def test_rows_larger_than_a_kafka_record(conformance: Conformance) -> None:
     """A 64 MiB value (8 Kafka records of the THL) and a 12 MiB text arrive exactly where
     the store can hold them; where it cannot, the group stops at that seqno with a data
@@ -691,8 +697,8 @@ def test_rows_larger_than_a_kafka_record(conformance: Conformance) -> None:
                            charset="utf8mb4", autocommit=True, max_allowed_packet=256 * mib)
     try:
         with conn.cursor() as cur:
-            cur.execute(f"INSERT INTO {svc.schema}.blobs VALUES (1, %s, 'small'), "
-                        "(2, 'small', %s)", (big, text))
+            cur.execute(f"INSERT INTO {svc.schema}.blobs VALUES "
+                        f"(1, {sql.hex_bytes(big)}, 'small'), (2, 'small', {sql.hex_text(text)})")
     finally:
         conn.close()
     _items(svc, 0, 3)
@@ -706,8 +712,8 @@ def test_rows_larger_than_a_kafka_record(conformance: Conformance) -> None:
                                max_allowed_packet=256 * mib)
         try:
             with conn.cursor() as cur:
-                cur.execute(f"UPDATE {svc.schema}.blobs SET t = %s WHERE id = 2",
-                            ("é'\\\n字 " * (2 * mib),))
+                cur.execute(f"UPDATE {svc.schema}.blobs SET t = "
+                            f"{sql.hex_text(ESCAPED * (2 * mib))} WHERE id = 2")
         finally:
             conn.close()
         svc.wait_source_applied()

@@ -14,6 +14,7 @@ import pytest
 from stack.service import Service
 
 from ..harness.processes import peak_rss
+from ..harness.sql import hex_bytes
 from .conftest import Replication
 
 MIB = 1 << 20
@@ -33,7 +34,7 @@ def test_a_row_mongodb_cannot_hold_stops_only_its_group(
                            autocommit=True, max_allowed_packet=256 * MIB)
     try:
         with conn.cursor() as cur:
-            cur.execute(f"INSERT INTO {s}.blobs VALUES (1, %s)", (big,))
+            cur.execute(f"INSERT INTO {s}.blobs VALUES (1, {hex_bytes(big)})")
             cur.execute(f"INSERT INTO {s}.blobs VALUES (2, 'after')")
     finally:
         conn.close()
@@ -88,7 +89,7 @@ def test_a_consumer_applies_a_64_mib_row_within_a_few_times_its_size(
                                password="", autocommit=True, max_allowed_packet=256 * MIB)
         try:
             with conn.cursor() as cur:
-                cur.execute(f"INSERT INTO {s}.blobs VALUES (1, %s)", (big,))
+                cur.execute(f"INSERT INTO {s}.blobs VALUES (1, {hex_bytes(big)})")
         finally:
             conn.close()
         rep.wait_source_applied(groups=(group,))

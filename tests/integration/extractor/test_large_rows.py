@@ -17,6 +17,7 @@ from thl_topics.event import RowChange
 from thl_topics.records import parse_chunk
 
 from ..harness.processes import peak_rss
+from ..harness.sql import hex_bytes
 from .conftest import ServiceUnderTest
 
 MIB = 1 << 20
@@ -27,8 +28,9 @@ def _insert(svc: ServiceUnderTest, table: str, rows: list[tuple[int, bytes]]) ->
                            autocommit=True, max_allowed_packet=256 * MIB)
     try:
         with conn.cursor() as cur:
-            for row in rows:
-                cur.execute(f"INSERT INTO {svc.schema}.{table} VALUES (%s, %s)", row)
+            for key, value in rows:
+                cur.execute(f"INSERT INTO {svc.schema}.{table} VALUES ({key}, "
+                            f"{hex_bytes(value)})")
     finally:
         conn.close()
 
