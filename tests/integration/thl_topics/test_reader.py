@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import Message
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from stack.services.kafka import Kafka
@@ -47,8 +49,32 @@ def test_offset_of_finds_every_seqno_across_markers_and_aborts(kafka: Kafka,
             if s:  # from just past the seqno before it (a restart's stored position)
                 assert reader.offset_of(s, after=offsets_of_seqno[s - 1] + 1) == offset
         assert reader.offset_of(seqno + 100) == reader.watermarks()[1]
+        # The last batch was aborted: the tail is found behind its records and marker.
         tail = reader.tail()
         assert tail is not None and (tail.seqno, tail.fragno) == (seqno - 1, 1)
+
+
+def test_tail_after_a_commit_takes_one_read(kafka: Kafka, thl_topic: str,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The THL's last offset is a commit marker: the tail is read in one go, not after a
+    read of the marker alone (each read ends waiting for a fetch at the topic's end)."""
+    producer = ThlProducer(kafka.bootstrap, thl_topic, f"t-{thl_topic}")
+    for seqno in range(3):
+        producer.publish(_event(seqno))
+        producer.commit()
+    producer.close()
+    with ThlReader(kafka.bootstrap, thl_topic) as reader:
+        reads: list[int] = []
+        raw = reader.raw
+
+        def counted(start: int, end: int | None = None) -> Iterator[Message]:
+            reads.append(start)
+            return raw(start, end)
+
+        monkeypatch.setattr(reader, "raw", counted)
+        tail = reader.tail()
+    assert tail is not None and tail.seqno == 2
+    assert len(reads) == 1, reads
 
 
 def test_existing_topic_with_wrong_settings_is_refused(kafka: Kafka) -> None:
