@@ -196,7 +196,6 @@ def _sort_key(row: Sequence[Any]) -> tuple[tuple[bool, str, Any], ...]:
                  else (v is not None, "", repr(v)) for v in row)
 
 
-
 def _diff(name: str, src: list[Any], tgt: list[Any]) -> str:
     if len(src) != len(tgt):
         extra = [r for r in tgt if r not in src][:3]

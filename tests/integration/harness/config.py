@@ -38,8 +38,8 @@ def server_id() -> int:
     Each pytest worker draws from its own range, above the ids the demo, the benchmarks and
     the stack's servers use.
     """
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
-    return _IDS_PER_WORKER * (1 + int(worker or 0)) + next(_server_ids)
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    return _IDS_PER_WORKER * (1 + worker) + next(_server_ids)
 
 
 def source_section(port: int) -> dict[str, Any]:
