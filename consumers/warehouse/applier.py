@@ -470,7 +470,8 @@ class WarehouseApplier:
             try:
                 writer.read(plan)
             except Exception as exc:
-                error = self._classify(exc, f"reading staging file {plan.segment.uri} of "
+                files = plan.segment.files or [plan.segment.uri]
+                error = self._classify(exc, f"reading staging file(s) {', '.join(files)} of "
                                             f"{plan.segment.qualified} (seqnos "
                                             f"{plan.segment.low}..{plan.segment.high})")
                 raise error from exc

@@ -125,8 +125,9 @@ class WarehouseTarget(BaseModel):
     #: Spark: where it runs and its settings.
     spark: SparkSettings = Field(default_factory=SparkSettings)
     #: Rows of a block after which the applier writes its staging files out and starts new
-    #: ones (bounds the replicator's memory on huge blocks; each file is a MERGE of its own,
-    #: so the default is the default block's rows: one MERGE per table and block).
+    #: ones (bounds the replicator's memory on huge blocks). A table's files of one block
+    #: are still one MERGE (``staging.coalesced``); a key staged in two of them is ranked
+    #: by Spark instead of collapsed in Python, so the default is the default block's rows.
     staging_flush_rows: int = Field(300_000, gt=0)
     #: Also record every applied seqno in ``trep_apply_audit`` (tests prove exactly once).
     audit_seqnos: bool = False

@@ -43,7 +43,7 @@ from consumers.schema_changes import SchemaChangeMode
 from consumers.warehouse.config import WarehouseTarget
 from consumers.warehouse.naming import TableRef, quote_name, table_ref
 from consumers.warehouse.session import checkpointed
-from consumers.warehouse.staging import Segment, read_options, staging_schema
+from consumers.warehouse.staging import Segment, coalesced, read_options, staging_schema
 from consumers.warehouse.storage import drop_empty_log, is_delta_table
 from consumers.warehouse.types import cast_expression, holds, spark_type, widens
 
@@ -137,11 +137,12 @@ class DeltaWriter:
         return self._schemas[ref]
 
     def plan(self, segments: list[Segment], history: bool) -> list[Plan]:
-        """Plan every segment in order (schemas evolve segment by segment); DataError if one
-        cannot be applied. Nothing is written."""
+        """Plan every segment in order (schemas evolve segment by segment; a table's run of
+        segments in one layout is one plan: ``staging.coalesced``); DataError if one cannot
+        be applied. Nothing is written."""
         projected: dict[TableRef, dict[str, tuple[str, str]] | None] = {}
         plans = []
-        for seg in segments:
+        for seg in coalesced(segments):
             ref = self.resolve(seg.schema, seg.table)
             if ref not in projected:
                 known = self.schema(ref)
@@ -222,7 +223,8 @@ class DeltaWriter:
         materialized (cast errors surface here, before any MERGE)."""
         seg = plan.segment
         raw = (self.spark.read.schema(staging_schema(seg))
-               .options(**read_options(self.cfg.separator, seg.multiline)).csv(seg.uri))
+               .options(**read_options(self.cfg.separator, seg.multiline))
+               .csv(seg.files or seg.uri))
         exprs = [OP, f"CAST({SEQNO} AS BIGINT) AS {SEQNO}", f"CAST({ROW} AS BIGINT) AS {ROW}",
                  f"CAST(concat({COMMIT_TIME}, 'Z') AS TIMESTAMP) AS {COMMIT_TIME}"]
         exprs += [f"{cast_expression(f'c{i}', t)} AS {quote_name(c.name)}"

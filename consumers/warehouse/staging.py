@@ -110,6 +110,9 @@ class Segment:
     seqnos: list[int] = field(default_factory=list)
     #: Where it was written (set by ``StagingArea.write``).
     uri: str = ""
+    #: Every file the segment's rows are in: ``[uri]``, or more for a table's run of
+    #: segments staged in several flushes of one block (``coalesced``).
+    files: list[str] = field(default_factory=list)
     #: Lines staged (``lines`` is emptied once they are written out).
     count: int = 0
     #: A field holds a line break: Spark must read the file whole (multiLine), not split.
@@ -279,6 +282,46 @@ class BatchStager:
         return text
 
 
+def coalesced(segments: list[Segment]) -> list[Segment]:
+    """The written segments of a block with each table's run of one layout joined into one
+    segment of several files, so that a table gets one MERGE a block whatever the number of
+    flushes (``staging_flush_rows``) its rows were written in: a MERGE scans and rewrites
+    the table's files, which costs far more than reading a second staging file.
+
+    A run ends where the table's layout changes (a source ALTER) or a provisioning chunk
+    starts over (``truncate``). The joined segment stays collapsed while the files' keys are
+    disjoint; where a key is in two files, Spark ranks its operations (not collapsed)."""
+    joined: list[Segment] = []
+    runs: dict[tuple[str, str], int] = {}
+    for seg in segments:
+        name = (seg.schema, seg.table)
+        at = runs.get(name)
+        if at is None or seg.truncate or joined[at].layout != seg.layout:
+            runs[name] = len(joined)
+            joined.append(seg)
+        else:
+            joined[at] = _join(joined[at], seg)
+    return joined
+
+
+def _join(run: Segment, seg: Segment) -> Segment:
+    """One segment reading both files (``run``'s rows come first in THL order)."""
+    last = None
+    if run.last is not None and seg.last is not None and run.last.keys().isdisjoint(seg.last):
+        last = {**run.last, **seg.last}
+    key_range = None
+    if run.key_range is not None and seg.key_range is not None:
+        key_range = (min(run.key_range[0], seg.key_range[0]),
+                     max(run.key_range[1], seg.key_range[1]))
+    return Segment(run.schema, run.table, run.columns, low=run.low, high=seg.high,
+                   seqnos=[*run.seqnos, *seg.seqnos], uri=run.uri,
+                   files=[*(run.files or [run.uri]), *(seg.files or [seg.uri])],
+                   count=run.count + seg.count, multiline=run.multiline or seg.multiline,
+                   truncate=run.truncate, last=last, key_range=key_range,
+                   ranged=run.ranged and seg.ranged and key_range is not None,
+                   layout=run.layout)
+
+
 def read_options(separator: str, multiline: bool = True) -> dict[str, str]:
     """Spark CSV reader options that read staging files back exactly (``FAILFAST``: a
     malformed file fails the batch rather than dropping or nulling lines). A file without
@@ -339,6 +382,7 @@ class StagingArea:
             finally:
                 out.close()
         segment.uri = target
+        segment.files = [target]
         return target
 
     def remove(self, uris: list[str], spark: SparkSession | None) -> None:

@@ -23,6 +23,7 @@ from consumers.warehouse.staging import (
     Segment,
     StagingArea,
     StagingError,
+    coalesced,
 )
 from consumers.warehouse.types import (
     cast_expression,
@@ -206,6 +207,45 @@ def test_a_new_layout_starts_a_new_staging_file_and_rows_number_across_fragments
     first, second = stager.segments
     assert [line.split("\x01")[2] for line in first.lines] == ["0", "1", "2"]
     assert (first.low, first.high, second.low, second.high) == (1, 1, 2, 2)
+
+
+def test_a_tables_flushes_in_one_block_are_one_segment_while_the_layout_holds(
+        tmp_path: Path) -> None:
+    a = [ColumnSpec(1, "id", "INT", primary_key=True)]
+    b = [*a, ColumnSpec(2, "x", "INT")]
+    area = StagingArea(f"file://{tmp_path}", "svc", "g")
+    written: list[Segment] = []
+
+    def flush(stager: BatchStager, *events: ThlEvent) -> None:
+        for event in events:
+            stager.add(event)
+        for seg in stager.segments:
+            area.write(seg, len(written), None)
+            written.append(seg)
+        stager.clear()
+
+    def ins(seqno: int, table: str, specs: list[ColumnSpec], rows: list[list[ThlValue]]
+            ) -> ThlEvent:
+        return ThlEvent(seqno, 0, "s", "e", "", 0, data=[
+            RowChange(RowAction.INSERT, "d", table, specs, [], rows)])
+
+    stager = BatchStager(collapse=True)
+    flush(stager, ins(1, "t", a, [[1], [2]]), ins(2, "u", a, [[1]]))
+    flush(stager, ins(3, "t", a, [[3], [9]]), ins(4, "u", a, [[1]]))
+    flush(stager, ins(5, "t", b, [[4, 4]]), ins(6, "t", a, [[5]]))
+    t, u, t_b, t_a = coalesced(written)
+    # t's first two flushes: one segment, both files, keys disjoint (still collapsed).
+    assert (t.low, t.high, t.seqnos, t.rows) == (1, 3, [1, 3], 4)
+    assert t.files == [written[0].uri, written[2].uri] and t.uri == written[0].uri
+    assert t.collapsed and t.keys_between == (1, 9)
+    # u's key 1 is in both files: Spark must rank its operations.
+    assert u.files == [written[1].uri, written[3].uri] and not u.collapsed
+    assert u.keys_between is None
+    # A new layout starts a run, and the old layout after it another.
+    assert (t_b.files, t_a.files) == ([written[4].uri], [written[5].uri])
+    # The written segments themselves are left as they were (their files are removed
+    # one by one once the block commits).
+    assert written[0].files == [written[0].uri] and written[0].high == 1
 
 
 def test_a_value_equal_to_the_null_marker_is_refused() -> None:
