@@ -449,12 +449,12 @@ class Extractor:
                 if pending and (len(pending) >= xcfg.batch_transactions
                                 or isinstance(event, HeartbeatLogEvent)
                                 or time.monotonic() - batch_started >= xcfg.batch_ms / 1000):
-                    self._commit(producer, pending, engine, nodes)
+                    self._commit(producer, pending, engine, nodes, assembler)
                 if not pending:
                     self.retention.maybe_purge()
                 if self._stop.is_set():
                     break
-            self._commit(producer, pending, engine, nodes)
+            self._commit(producer, pending, engine, nodes, assembler)
         finally:
             watchdog.stop()
             stream.close()
@@ -504,7 +504,7 @@ class Extractor:
         self.status.provisioning = prov.status_text()
 
     def _commit(self, producer: ThlProducer, pending: list[ThlEvent], engine: sa.Engine,
-                nodes: ServiceNodes) -> None:
+                nodes: ServiceNodes, assembler: TransactionAssembler) -> None:
         """Commit the Kafka transaction, then move the positions past it."""
         if not pending:
             return
@@ -529,8 +529,10 @@ class Extractor:
         xa_open = {xid: p.event_id() for xid, p in decode_open(last.metadata).items()}
         nodes.mirror_position("extractor", ZkPosition(last.seqno, last.epoch, last.event_id,
                                                       xa_open=xa_open))
-        if xa_open:
-            # A restart from here reads the open prepares again: the XA crash tests die here.
+        if xa_open and not xa_open.keys().isdisjoint(p.xid for p in assembler.held_xa()):
+            # A restart from here reads the open prepares again: the XA crash tests die here,
+            # at one that holds replicated changes (an XA of another schema on the same
+            # source is tracked too, but holds nothing back).
             crashpoints.reached("extract-xa-open")
         st = self.status
         st.appliedLastSeqno, st.appliedLastEventId = last.seqno, last.event_id

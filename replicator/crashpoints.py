@@ -21,8 +21,9 @@ Points (where they are, and what is durable when the process dies there):
 ``extract-committed``      extractor: Kafka transaction committed, the source's
                            ``trep_commit_seqno`` and the ZooKeeper mirror not yet
 ``extract-xa-open``        extractor: a Kafka transaction committed while an XA
-                           transaction is prepared and not yet decided (between its
-                           PREPARE and its COMMIT or ROLLBACK); positions written
+                           transaction with replicated changes is prepared and not yet
+                           decided (between its PREPARE and its COMMIT or ROLLBACK);
+                           positions written
 =========================  ===============================================================
 """
 

@@ -168,12 +168,24 @@ def test_sigkill_between_prepare_and_commit_delivers_once(
     """Killed right after a THL commit made while x9 was prepared (crash point
     extract-xa-open): the restart reads x9's prepare again, publishes it at its commit, once;
     then killed again while x10 is prepared and nothing else was committed, and x10 is
-    committed and x11 rolled back while the extractor is down."""
+    committed and x11 rolled back while the extractor is down. An XA of a schema this
+    service does not replicate, prepared meanwhile (as other tests' are on the shared
+    source), holds nothing back: commits made while only it is open are not the crash
+    point's."""
     svc = make_service(batch_ms=20, fragment_rows=40)
     s = svc.schema
     svc.sql(f"CREATE TABLE {s}.t (id INT PRIMARY KEY, v LONGTEXT)")
+    svc.sql(f"CREATE DATABASE {s}_x")
+    svc.sql(f"CREATE TABLE {s}_x.t (id INT PRIMARY KEY)")
     proc = svc.start_process(crash_at="extract-xa-open")
-    svc.wait_streaming(proc=proc)
+    try:
+        svc.wait_streaming(proc=proc)
+        _prepare(svc, "'x9x'", f"INSERT INTO {s}_x.t VALUES (1)")
+        for _ in range(2):  # the second one needs the extractor alive after the first commit
+            svc.wait_streaming(proc=proc, after=svc.tail_seqno())
+    finally:
+        xa_decide(svc.source.port, "XA ROLLBACK 'x9x'")
+        svc.sql(f"DROP DATABASE {s}_x")
     _prepare(svc, "'x9'", *(f"INSERT INTO {s}.t VALUES ({i}, REPEAT('x', 1000))"
                             for i in range(10, 110)))
     svc.sql(f"INSERT INTO {s}.t VALUES (1, 'after the prepare')")
