@@ -1,6 +1,7 @@
 """Materializing staged batches into Delta tables with Spark.
 
-For each staging segment (one table, one column layout, one block):
+For each staging segment (one table, one column layout, one block; the files a block's
+flushes wrote for one table and layout are read as one segment: ``staging.coalesced``):
 
 1. **plan**: compare the THL column specs with the Delta table's schema: a new source column
    becomes a new Delta column; a column gone from the source or a changed type stops the
