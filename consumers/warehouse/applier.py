@@ -470,8 +470,8 @@ class WarehouseApplier:
             try:
                 writer.read(plan)
             except Exception as exc:
-                files = plan.segment.files or [plan.segment.uri]
-                error = self._classify(exc, f"reading staging file(s) {', '.join(files)} of "
+                error = self._classify(exc, "reading staging file(s) "
+                                            f"{', '.join(plan.segment.files)} of "
                                             f"{plan.segment.qualified} (seqnos "
                                             f"{plan.segment.low}..{plan.segment.high})")
                 raise error from exc

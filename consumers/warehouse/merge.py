@@ -225,7 +225,7 @@ class DeltaWriter:
         seg = plan.segment
         raw = (self.spark.read.schema(staging_schema(seg))
                .options(**read_options(self.cfg.separator, seg.multiline))
-               .csv(seg.files or seg.uri))
+               .csv(seg.files))
         exprs = [OP, f"CAST({SEQNO} AS BIGINT) AS {SEQNO}", f"CAST({ROW} AS BIGINT) AS {ROW}",
                  f"CAST(concat({COMMIT_TIME}, 'Z') AS TIMESTAMP) AS {COMMIT_TIME}"]
         exprs += [f"{cast_expression(f'c{i}', t)} AS {quote_name(c.name)}"

@@ -110,7 +110,7 @@ class Segment:
     seqnos: list[int] = field(default_factory=list)
     #: Where it was written (set by ``StagingArea.write``).
     uri: str = ""
-    #: Every file the segment's rows are in: ``[uri]``, or more for a table's run of
+    #: Every file the segment's rows are in (set with ``uri``): ``[uri]``, or more for a run of
     #: segments staged in several flushes of one block (``coalesced``).
     files: list[str] = field(default_factory=list)
     #: Lines staged (``lines`` is emptied once they are written out).
@@ -315,7 +315,7 @@ def _join(run: Segment, seg: Segment) -> Segment:
                      max(run.key_range[1], seg.key_range[1]))
     return Segment(run.schema, run.table, run.columns, low=run.low, high=seg.high,
                    seqnos=[*run.seqnos, *seg.seqnos], uri=run.uri,
-                   files=[*(run.files or [run.uri]), *(seg.files or [seg.uri])],
+                   files=[*run.files, *seg.files],
                    count=run.count + seg.count, multiline=run.multiline or seg.multiline,
                    truncate=run.truncate, last=last, key_range=key_range,
                    ranged=run.ranged and seg.ranged and key_range is not None,
