@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from compare_workload import RUN, SOURCE, Workload, mariadb_digest, pg_digest, query
 from group_timing import POLL_S, time_group
 from kazoo.client import KazooClient
-from processes import cpu_seconds
+from processes import CLK_TCK, cpu_seconds
 from service import connect_mysql
 
 from replicator.control import ComponentNodes, request
@@ -40,22 +40,36 @@ class Replica(MariaDB):
 #: A target server counts as quiet below this share of one core, measured over QUIET_WINDOW_S.
 QUIET_SHARE = 0.05
 QUIET_WINDOW_S = 0.5
+#: The whole machine counts as quiet below this many cores busy over QUIET_WINDOW_S (the
+#: stack's idle servers, ZooKeeper and Kafka among them, use 0-0.1 of a core here).
+MACHINE_QUIET_CORES = 0.15
 #: Seconds to wait for quiet servers at most before a run is timed anyway.
 QUIET_LIMIT_S = 30.0
 
 
-def quiet_servers() -> float:
-    """Wait until the target servers are idle; the seconds waited.
+def machine_busy_seconds() -> float:
+    """CPU seconds the machine has spent busy (all cores, ``/proc/stat``)."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(fields) - fields[3] - fields[4]) / CLK_TCK  # less idle and iowait
 
-    One run's leftovers (InnoDB flushing and purging the rows it wrote, PostgreSQL's
-    autovacuum, a dropped schema's files) would otherwise be charged to the next run,
-    which shares this machine's two cores with them."""
+
+def quiet_servers() -> float:
+    """Wait until the target servers, and the machine as a whole, are idle; the seconds
+    waited.
+
+    One run's leftovers would otherwise be charged to the next run, which shares this
+    machine's two cores with them: InnoDB flushing and purging the rows it wrote (the
+    native replica's too), PostgreSQL's autovacuum, a dropped schema's files, Kafka
+    compacting the THL, a Kafka Connect JVM on its way out. Both sides of a comparison
+    wait alike."""
     pids = [target_pid("mariadb"), target_pid("postgresql")]
     started = time.monotonic()
     while time.monotonic() - started < QUIET_LIMIT_S:
-        before = sum(tree_cpu(p) for p in pids)
+        before, machine = sum(tree_cpu(p) for p in pids), machine_busy_seconds()
         time.sleep(QUIET_WINDOW_S)
-        if sum(tree_cpu(p) for p in pids) - before < QUIET_SHARE * QUIET_WINDOW_S:
+        servers = sum(tree_cpu(p) for p in pids) - before
+        if servers < QUIET_SHARE * QUIET_WINDOW_S and \
+                machine_busy_seconds() - machine < MACHINE_QUIET_CORES * QUIET_WINDOW_S:
             break
     return round(time.monotonic() - started, 1)
 
