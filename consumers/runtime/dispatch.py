@@ -19,7 +19,7 @@ from consumers.runtime.blocks import Fragment
 from consumers.runtime.channel_workers import ChannelSet
 from consumers.runtime.control import GoOffline
 from consumers.runtime.group import Session
-from replicator.zk import ZkPosition
+from replicator.zk import PositionMirror, ZkPosition
 from thl_topics.event import ThlEvent
 
 log = logging.getLogger(__package__)
@@ -35,6 +35,11 @@ class ParallelStream:
         self.name = group.name
         #: Seqnos the operator asked to skip (as the dispatch started).
         self.skips: set[int] = set()
+        #: Each channel's position and the group's in ZooKeeper, for operators and THL
+        #: retention: at most once a second each while blocks follow each other, at once
+        #: when the stream is quiet or stops (a write per channel and block kept kazoo's
+        #: thread busy for a third of a 2-channel run).
+        self._mirrors: dict[str, PositionMirror] = {}
         book = group.channel_book
         if book.shards is None:
             raise RuntimeError("parallel stream before the handshake")
@@ -53,6 +58,7 @@ class ParallelStream:
             channels.stop()
             try:
                 self._absorb(failures=False)  # what committed still counts
+                self._flush_mirrors()
             except Exception as exc:  # never hide why the session ended
                 log.warning("%s: after the channels stopped: %s", self.name, exc)
             self.group.channel_book.running = None
@@ -78,6 +84,7 @@ class ParallelStream:
             rec = reader.poll(0.2)
             if rec is None:
                 self.session.feed.flush_offset()  # held back by ThlFeed.commit
+                self._flush_mirrors()
                 if control.stale:
                     control.publish(force=False)
                 if control.skips_done:
@@ -149,6 +156,16 @@ class ParallelStream:
             if not channels.positioned:
                 channels.drain(self._waiting, sync=True)
 
+    def _mirror(self, component: str, position: ZkPosition) -> None:
+        mirror = self._mirrors.get(component)
+        if mirror is None:
+            mirror = self._mirrors[component] = PositionMirror(self.group.positions, component)
+        mirror.mirror(position)
+
+    def _flush_mirrors(self) -> None:
+        for mirror in self._mirrors.values():
+            mirror.flush()
+
     def _absorb(self, failures: bool = True) -> None:
         """The channels' commits since the last call: metrics and channel mirrors, then the
         group's position (the lowest channel's) in status, ZooKeeper and Kafka; a channel's
@@ -168,9 +185,8 @@ class ParallelStream:
                 pos = r.position
                 book.now[r.channel] = pos
                 g.metrics.channel_applied(r.channel, r.events, pos.seqno)
-                g.positions.mirror_position(
-                    book.component(r.channel),
-                    ZkPosition(pos.seqno, pos.epoch, pos.event_id, pos.fragno, pos.last_frag))
+                self._mirror(book.component(r.channel), ZkPosition(
+                    pos.seqno, pos.epoch, pos.event_id, pos.fragno, pos.last_frag))
                 skipped.extend(r.skipped)
                 events += r.events
                 s.appliedRows += r.rows
@@ -181,9 +197,8 @@ class ParallelStream:
             if low is not None and low.seqno > s.appliedLastSeqno:
                 s.appliedLastSeqno, s.appliedLastEventId = low.seqno, low.event_id
                 s.appliedLastEpoch = low.epoch
-                g.positions.mirror_position(
-                    f"consumers/{self.name}",
-                    ZkPosition(low.seqno, low.epoch, low.event_id, low.fragno, low.last_frag))
+                self._mirror(f"consumers/{self.name}", ZkPosition(
+                    low.seqno, low.epoch, low.event_id, low.fragno, low.last_frag))
                 if not g.applier.capabilities.owns_offsets and low.offset >= 0:
                     self.session.feed.commit(low.offset + 1)
             g.metrics.applied(events, s.appliedLastSeqno, s.appliedLatency)

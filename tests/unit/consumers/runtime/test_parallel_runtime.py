@@ -158,13 +158,14 @@ def _group(channels: int, **settings: Any) -> GroupConfig:
 def _run(records: list[ThlRecord], target: Target, channels: int,
          until: Callable[[MemoryControl], bool], group: GroupConfig | None = None,
          appliers: list[ChannelApplier] | None = None,
-         control: MemoryControl | None = None) -> MemoryControl:
+         control: MemoryControl | None = None,
+         positions: MemoryPositions | None = None) -> MemoryControl:
     """Run the group until ``until(control)``, then stop it (a clean stop)."""
     feed, control = MemoryFeed(records), control or MemoryControl()
     appliers = appliers or [ChannelApplier(target, c) for c in range(channels)]
     runtime = ConsumerRuntime(
         "g", group or _group(channels), FeedSettings({}, "thl.t", "grp", "t", TRACKING),
-        appliers[0], control, MemoryPositions(),  # type: ignore[arg-type]
+        appliers[0], control, positions or MemoryPositions(),  # type: ignore[arg-type]
         feed_factory=lambda _: feed,  # type: ignore[arg-type,return-value]
         channel_appliers=appliers[1:])
     thread = threading.Thread(target=runtime.run, daemon=True)
@@ -191,6 +192,37 @@ def _applied(seqno: int) -> Callable[[MemoryControl], bool]:
 
 def _in_error(c: MemoryControl) -> bool:
     return c.status.get("state") == "OFFLINE:ERROR"
+
+
+class ComponentMirrors(MemoryPositions):
+    """The ZooKeeper mirror writes, per component."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_component: dict[str, list[int]] = {}
+
+    def mirror_position(self, component: str, pos: Any) -> None:
+        self.by_component.setdefault(component, []).append(pos.seqno)
+
+
+def test_position_mirrors_are_held_back_between_blocks_and_end_at_the_last_commit() -> None:
+    # A block a seqno: 80 blocks, 26-27 on each channel. A mirror write per channel and
+    # block kept kazoo's thread busy for a third of a 2-channel run; like the single
+    # stream's, each mirror goes at most once a second while blocks follow each other,
+    # and at once when the stream is quiet or stops.
+    target, positions = Target(), ComponentMirrors()
+    _run(_log(80), target, 3, _applied(79), group=_group(3, block_commit_events=1),
+         positions=positions)
+    assert sorted(target.store.applied) == list(range(80))
+    mirrors = positions.by_component
+    assert set(mirrors) == {"consumers/g", *(f"consumers/g/channels/{c}" for c in range(3))}
+    assert mirrors["consumers/g"][-1] == 79
+    for component, seqnos in mirrors.items():
+        assert seqnos == sorted(seqnos), (component, seqnos)
+        # Not one per block: the first, one a second (a slow machine), the last.
+        assert len(seqnos) <= 8, (component, seqnos)
+    assert sorted(s[-1] for c, s in mirrors.items() if c != "consumers/g") == \
+        sorted(p.seqno for p in target.rows.values())
 
 
 def test_shards_apply_on_their_channels_in_order_and_each_seqno_once() -> None:
