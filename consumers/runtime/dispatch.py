@@ -18,8 +18,8 @@ from consumers.position import Position
 from consumers.runtime.blocks import Fragment
 from consumers.runtime.channel_workers import ChannelSet
 from consumers.runtime.control import GoOffline
-from consumers.runtime.group import Session
-from replicator.zk import PositionMirror, ZkPosition
+from consumers.runtime.group import Session, mirrored
+from replicator.zk import PositionMirror
 from thl_topics.event import ThlEvent
 
 log = logging.getLogger(__package__)
@@ -35,12 +35,14 @@ class ParallelStream:
         self.name = group.name
         #: Seqnos the operator asked to skip (as the dispatch started).
         self.skips: set[int] = set()
+        book = group.channel_book
         #: Each channel's position and the group's in ZooKeeper, for operators and THL
         #: retention: at most once a second each while blocks follow each other, at once
         #: when the stream is quiet or stops (a write per channel and block kept kazoo's
         #: thread busy for a third of a 2-channel run).
-        self._mirrors: dict[str, PositionMirror] = {}
-        book = group.channel_book
+        self._channel_mirrors = [PositionMirror(group.positions, book.component(c))
+                                 for c in range(len(group.appliers))]
+        self._group_mirror = PositionMirror(group.positions, f"consumers/{self.name}")
         if book.shards is None:
             raise RuntimeError("parallel stream before the handshake")
         self.shards = book.shards
@@ -156,14 +158,8 @@ class ParallelStream:
             if not channels.positioned:
                 channels.drain(self._waiting, sync=True)
 
-    def _mirror(self, component: str, position: ZkPosition) -> None:
-        mirror = self._mirrors.get(component)
-        if mirror is None:
-            mirror = self._mirrors[component] = PositionMirror(self.group.positions, component)
-        mirror.mirror(position)
-
     def _flush_mirrors(self) -> None:
-        for mirror in self._mirrors.values():
+        for mirror in (*self._channel_mirrors, self._group_mirror):
             mirror.flush()
 
     def _absorb(self, failures: bool = True) -> None:
@@ -185,8 +181,7 @@ class ParallelStream:
                 pos = r.position
                 book.now[r.channel] = pos
                 g.metrics.channel_applied(r.channel, r.events, pos.seqno)
-                self._mirror(book.component(r.channel), ZkPosition(
-                    pos.seqno, pos.epoch, pos.event_id, pos.fragno, pos.last_frag))
+                self._channel_mirrors[r.channel].mirror(mirrored(pos))
                 skipped.extend(r.skipped)
                 events += r.events
                 s.appliedRows += r.rows
@@ -197,8 +192,7 @@ class ParallelStream:
             if low is not None and low.seqno > s.appliedLastSeqno:
                 s.appliedLastSeqno, s.appliedLastEventId = low.seqno, low.event_id
                 s.appliedLastEpoch = low.epoch
-                self._mirror(f"consumers/{self.name}", ZkPosition(
-                    low.seqno, low.epoch, low.event_id, low.fragno, low.last_frag))
+                self._group_mirror.mirror(mirrored(low))
                 if not g.applier.capabilities.owns_offsets and low.offset >= 0:
                     self.session.feed.commit(low.offset + 1)
             g.metrics.applied(events, s.appliedLastSeqno, s.appliedLatency)

@@ -19,7 +19,13 @@ from consumers.runtime.control import GroupControl
 from consumers.runtime.order import SeqnoReader
 from consumers.runtime.preparation import Preparation
 from consumers.runtime.shards import ShardMap
-from replicator.zk import ServiceNodes
+from replicator.zk import ServiceNodes, ZkPosition
+
+
+def mirrored(position: Position) -> ZkPosition:
+    """A group's or a channel's position as its ZooKeeper mirror holds it."""
+    return ZkPosition(position.seqno, position.epoch, position.event_id, position.fragno,
+                      position.last_frag)
 
 
 class ChannelBook:

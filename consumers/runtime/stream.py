@@ -10,8 +10,8 @@ import time
 
 from consumers.runtime.blocks import Block, BlockLoop, Fragment, Quiet
 from consumers.runtime.control import GoOffline
-from consumers.runtime.group import Session
-from replicator.zk import PositionMirror, ZkPosition
+from consumers.runtime.group import Session, mirrored
+from replicator.zk import PositionMirror
 
 
 class SingleStream(BlockLoop):
@@ -82,8 +82,7 @@ class SingleStream(BlockLoop):
         s.appliedLatency = round(max(0.0, time.time() - last.tstamp / 1e6), 3)
         s.appliedRows += block.rows
         g.metrics.applied(block.seqnos, last.seqno, s.appliedLatency)
-        self.mirror.mirror(ZkPosition(last.seqno, last.epoch, last.event_id, last.fragno,
-                                      last.last_frag))
+        self.mirror.mirror(mirrored(last))
         if not g.applier.capabilities.owns_offsets:
             self.session.feed.commit(last.offset + 1)
         if block.skipped or g.control.skips_done:
