@@ -89,13 +89,18 @@ class Elasticsearch(TcpService):
         (conf / "jvm.options.d" / "heap.options").write_text(f"-Xms512m\n-Xmx512m\n{C1_ONLY}\n")
         for sub in ("data", "logs", "tmp"):
             (self.dir / sub).mkdir(exist_ok=True)
+        for left in (self.dir / "tmp").glob("final-flags*"):  # see launch()
+            shutil.rmtree(left, ignore_errors=True)
         return conf
 
     def launch(self) -> None:
         conf = self._write_config()
         hand_over(self.dir)
+        # The launcher's own JVM probes the server's final flags in a temporary folder it
+        # cannot delete (the probe writes gc.log into it): in /tmp, one more per start.
         env = {"ES_JAVA_HOME": str(JAVA_HOME), "ES_PATH_CONF": str(conf),
-               "ES_TMPDIR": str(self.dir / "tmp"), "JAVA_HOME": str(JAVA_HOME)}
+               "ES_TMPDIR": str(self.dir / "tmp"), "JAVA_HOME": str(JAVA_HOME),
+               "CLI_JAVA_OPTS": f"-Djava.io.tmpdir={self.dir / 'tmp'}"}
         # Elasticsearch refuses to run as root; HOME must be writable by the user it runs as.
         if service_user() is not None:
             env["HOME"] = str(self.dir)
