@@ -33,12 +33,13 @@ def connect_session() -> SparkSession:
     if _remote is None:
         from pyspark.sql.connect.session import SparkSession as RemoteSession
 
-        from stack.services.spark_connect import SparkConnect
+        from stack.services.spark_connect import SMALL_BLOCKS, SparkConnect
 
         # The Connect session class mirrors the classic one's API (pyspark's own typing).
         remote = cast(SparkSession, RemoteSession.builder.remote(
             f"{SparkConnect().url}/;session_id={uuid.uuid4()}").create())
-        remote.conf.set("spark.sql.session.timeZone", "UTC")
+        for key, value in {**SMALL_BLOCKS, "spark.sql.session.timeZone": "UTC"}.items():
+            remote.conf.set(key, value)
         _remote = remote
     return _remote
 

@@ -66,7 +66,7 @@ class CraftedThl:
         self.config_path = tmp_path / f"{self.name}.yml"
         self.bootstrap = kafka.bootstrap
         self.zk_hosts = f"127.0.0.1:{zookeeper.port}"
-        self.remote = spark_connect.url
+        self.spark = spark_connect.group_spark()
         self.configure()
         ensure_thl_topic(kafka.admin(), ThlTopicSpec(self.cfg.thl_topic))
         self.producer = ThlProducer(self.bootstrap, self.cfg.thl_topic, f"t-{self.name}")
@@ -78,7 +78,7 @@ class CraftedThl:
     def configure(self, group: dict[str, Any] | None = None, **target: Any) -> None:
         """The service's configuration, ``target`` added to (or replacing) the group's
         target settings, ``group`` to the group's. No extractor: the source is never read."""
-        target = {"spark": {"remote": self.remote}, **target}
+        target = {"spark": self.spark, **target}
         self.cfg: ServiceConfig = write_service(
             self.config_path, self.name, bootstrap=self.bootstrap,
             zookeeper={"hosts": self.zk_hosts}, source_port=1,

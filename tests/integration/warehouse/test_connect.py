@@ -42,7 +42,7 @@ def remote(crafted: CraftedThl, spark_connect: SparkConnect) -> Iterator[Crafted
     data: dict[str, Any] = yaml.safe_load(crafted.config_path.read_text())
     data["zookeeper"]["timeout_s"] = 4
     target = data["consumers"]["w"]["target"]
-    target["spark"] = {"remote": spark_connect.url}
+    target["spark"] = spark_connect.group_spark()
     data["consumers"]["w"]["block_commit_ms"] = 200
     data["consumers"]["w"]["block_commit_rows"] = 40
     crafted.config_path.write_text(yaml.safe_dump(data))

@@ -60,13 +60,13 @@ class WarehouseKind(Kind):
 
     def __init__(self, servers: dict[str, Service]) -> None:
         super().__init__(servers)
-        self.remote = cast(SparkConnect, servers["spark_connect"]).url
+        self.spark = cast(SparkConnect, servers["spark_connect"]).group_spark()
         self.location: Path | None = None
 
     def target(self, service: str) -> dict[str, Any]:
         self.location = BASE / service
         return {"type": "warehouse", "location": str(self.location),
-                "spark": {"remote": self.remote}}
+                "spark": self.spark}
 
     def path(self, schema: str, table: Table) -> str:
         """The Delta table of ``schema.table`` (a file:// URI)."""
