@@ -17,23 +17,11 @@ import pyspark
 from stack import process
 from stack.errors import StackError
 from stack.service import Service
-from stack.services.spark import Spark, base_conf
+from stack.services.spark import SMALL_BLOCKS, Spark, base_conf
 from stack.settings import HOST, JAVA_HOME, port
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
-
-#: Session settings of the stack's groups on this server, and of the tests reading their
-#: tables back: their blocks are a few rows, so every Delta commit's fixed work dominates
-#: (the snapshot's state rebuilt from the log, the MERGE's join, the UPDATE of the
-#: position), and each of those runs one task per partition. The warehouse's own defaults
-#: (``consumers.warehouse.session.DEFAULTS``: 8 shuffle partitions, 4 for a snapshot,
-#: adaptive plans) suit blocks of 300,000 rows. Measured on this server, warm, 12 blocks of
-#: 20 rows, alternated: a MERGE 0.94-1.15 s -> 0.75-0.89 s, the position's UPDATE
-#: 0.63-0.82 s -> 0.53-0.66 s. Results are the same either way.
-SMALL_BLOCKS = {"spark.sql.shuffle.partitions": "1",
-                "spark.databricks.delta.snapshotPartitions": "1",
-                "spark.sql.adaptive.enabled": "false"}
 
 
 class SparkConnect(Service):

@@ -33,7 +33,8 @@ def connect_session() -> SparkSession:
     if _remote is None:
         from pyspark.sql.connect.session import SparkSession as RemoteSession
 
-        from stack.services.spark_connect import SMALL_BLOCKS, SparkConnect
+        from stack.services.spark import SMALL_BLOCKS
+        from stack.services.spark_connect import SparkConnect
 
         # The Connect session class mirrors the classic one's API (pyspark's own typing).
         remote = cast(SparkSession, RemoteSession.builder.remote(
