@@ -169,16 +169,17 @@ QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 INTERPRETED = {"spark.sql.codegen.wholeStage": "false",
                "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
-#: Session settings of the stack's warehouse groups (tests, demo; on the Connect server
-#: too: ``SparkConnect.group_spark``) and of the tests reading their tables back: their
-#: blocks are a few rows, so every Delta commit's fixed work dominates (the snapshot's state
+#: Session settings of the stack's warehouse groups on its Connect server
+#: (``SparkConnect.group_spark``) and of the tests reading their tables back: their blocks
+#: are a few rows, so every Delta commit's fixed work dominates (the snapshot's state
 #: rebuilt from the log, the MERGE's join, the UPDATE of the position), and each of those
 #: runs one task per partition. The warehouse's own defaults
 #: (``consumers.warehouse.session.DEFAULTS``: 8 shuffle partitions, 4 for a snapshot,
-#: adaptive plans) suit blocks of 300,000 rows, and the benchmarks keep them
-#: (``interpreted=False``). Measured on the Connect server, warm, 12 blocks of 20 rows,
-#: alternated: a MERGE 0.94-1.15 s -> 0.75-0.89 s, the position's UPDATE 0.63-0.82 s ->
-#: 0.53-0.66 s. Results are the same either way.
+#: adaptive plans) suit blocks of 300,000 rows. Measured on the Connect server, warm, 12
+#: blocks of 20 rows, alternated: a MERGE 0.94-1.15 s -> 0.75-0.89 s, the position's
+#: UPDATE 0.63-0.82 s -> 0.53-0.66 s. Not in ``base_conf``: a local-mode driver (C1 only)
+#: showed no difference (the warehouse's exactly-once test 54-58 s either way), and its
+#: 2 partitions let a block's write use both cores. Results are the same either way.
 SMALL_BLOCKS = {"spark.sql.shuffle.partitions": "1",
                 "spark.databricks.delta.snapshotPartitions": "1",
                 "spark.sql.adaptive.enabled": "false"}
@@ -187,8 +188,8 @@ SMALL_BLOCKS = {"spark.sql.shuffle.partitions": "1",
 def base_conf(warehouse: Path | None = None, *, quick_jvm: bool = True,
               interpreted: bool = True) -> dict[str, str]:
     """Spark settings of the local stack: Delta, the pre-fetched jars, 2 GiB, no UI, small
-    shuffles, 127.0.0.1, Spark's log in ``.run/spark/spark.log``, :data:`QUICK_JVM`, and
-    :data:`INTERPRETED` with :data:`SMALL_BLOCKS` unless asked not to."""
+    shuffles, 127.0.0.1, Spark's log in ``.run/spark/spark.log``, :data:`QUICK_JVM` and
+    :data:`INTERPRETED` unless asked not to."""
     svc = Spark()
     spark_dir = prepare_env()
     java_opts = (f"-Dlog4j.configurationFile={spark_dir / 'log4j2.properties'} "
@@ -212,7 +213,7 @@ def base_conf(warehouse: Path | None = None, *, quick_jvm: bool = True,
         "spark.default.parallelism": "2",
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.sql.warehouse.dir": str(warehouse or spark_dir / "warehouse"),
-        **({**INTERPRETED, **SMALL_BLOCKS} if interpreted else {}),
+        **(INTERPRETED if interpreted else {}),
     }
 
 
