@@ -18,8 +18,6 @@ from typing import Any
 import pytest
 import yaml
 
-from stack.services.spark_connect import SparkConnect
-
 from ..harness.processes import kill_leftovers
 from ..soak import kills
 from .conftest import CraftedThl
@@ -38,11 +36,9 @@ KILLS = kills(quick=2, soak=10)
 
 
 @pytest.fixture
-def remote(crafted: CraftedThl, spark_connect: SparkConnect) -> Iterator[CraftedThl]:
+def remote(crafted: CraftedThl) -> Iterator[CraftedThl]:
     data: dict[str, Any] = yaml.safe_load(crafted.config_path.read_text())
     data["zookeeper"]["timeout_s"] = 4
-    target = data["consumers"]["w"]["target"]
-    target["spark"] = spark_connect.group_spark()
     data["consumers"]["w"]["block_commit_ms"] = 200
     data["consumers"]["w"]["block_commit_rows"] = 40
     crafted.config_path.write_text(yaml.safe_dump(data))
