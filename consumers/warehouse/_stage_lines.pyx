@@ -11,8 +11,6 @@ the key range kept) is the Python path's, step for step.
 
 from cpython.unicode cimport PyUnicode_GET_LENGTH
 
-from thl_topics.values import incomplete_date
-
 cdef extern from "Python.h":
     bint PyLong_CheckExact(object o)
     bint PyFloat_CheckExact(object o)
@@ -42,6 +40,25 @@ cdef inline bint _plain_str(str text, const unsigned char* special):
     return True
 
 
+cdef inline bint _incomplete_date(str text):
+    """``thl_topics.values.incomplete_date`` of a str: a zero year, month or day."""
+    cdef int kind = PyUnicode_KIND(text)
+    cdef void* data = PyUnicode_DATA(text)
+    if PyUnicode_GET_LENGTH(text) < 10 or PyUnicode_READ(kind, data, 4) != 0x2d \
+            or PyUnicode_READ(kind, data, 7) != 0x2d:
+        return False
+    return (_zeros(kind, data, 0, 4) or _zeros(kind, data, 5, 7)
+            or _zeros(kind, data, 8, 10))
+
+
+cdef inline bint _zeros(int kind, void* data, Py_ssize_t start, Py_ssize_t end):
+    cdef Py_ssize_t i
+    for i in range(start, end):
+        if PyUnicode_READ(kind, data, i) != 0x30:
+            return False
+    return True
+
+
 cdef object _plain_text(list values, Py_ssize_t width, tuple dates, str sep,
                         const unsigned char* special):
     """The row's fields joined, or None when one of them needs the field-by-field path."""
@@ -65,7 +82,8 @@ cdef object _plain_text(list values, Py_ssize_t width, tuple dates, str sep,
             return None
     for i in dates:
         value = values[i]
-        if value is not None and (not PyUnicode_CheckExact(value) or incomplete_date(value)):
+        if value is not None and (not PyUnicode_CheckExact(value)
+                                  or _incomplete_date(<str> value)):
             return None
     return sep.join(parts)
 

@@ -196,19 +196,39 @@ class BatchStager:
         self.rows = 0
 
     def add(self, event: ThlEvent) -> None:
-        """Stage every row change of one fragment (statements are not staged)."""
+        """Stage every row change of one fragment (statements are not staged).
+
+        Consecutive row changes of one table with the same action and column specs (an OLTP
+        transaction's single-row statements, one row change each) are staged as one: the
+        same lines in the same order, one pass of the line writer instead of one per row."""
         if event.seqno != self._seqno or event.fragno == 0:
             self._seqno, self._row = event.seqno, 0
         commit = commit_time_text(event.tstamp)
         chunk = chunk_of(event)
         first = (chunk.schema, chunk.table) if chunk is not None and chunk.first and \
             event.fragno == 0 else None
+        run: RowChange | None = None
+        run_fresh = joined = False
         for item in event.data:
-            if isinstance(item, RowChange):
-                fresh = first == (item.schema, item.table)
-                # Only the chunk's first row change opens the truncating segment.
-                first = None if fresh else first
-                self._change(item, event.seqno, commit, fresh)
+            if not isinstance(item, RowChange):
+                continue
+            fresh = first == (item.schema, item.table)
+            # Only the chunk's first row change opens the truncating segment.
+            first = None if fresh else first
+            if run is not None and not fresh and _continues(run, item):
+                if not joined:  # a copy: the event's own row changes stay as they are
+                    run = RowChange(run.action, run.schema, run.table, run.column_specs,
+                                    run.key_specs, list(run.column_values),
+                                    list(run.key_values))
+                    joined = True
+                run.column_values.extend(item.column_values)
+                run.key_values.extend(item.key_values)
+                continue
+            if run is not None:
+                self._change(run, event.seqno, commit, run_fresh)
+            run, run_fresh, joined = item, fresh, False
+        if run is not None:
+            self._change(run, event.seqno, commit, run_fresh)
 
     def _segment(self, change: RowChange, seqno: int, fresh: bool = False) -> Segment:
         specs = change.column_specs or change.key_specs
@@ -280,6 +300,16 @@ class BatchStager:
         if self.quote_all or not text or '"' in text or self.separator in text:
             return '"' + text.replace('"', '""') + '"'
         return text
+
+
+def _continues(run: RowChange, item: RowChange) -> bool:
+    """Whether ``item``'s rows can be staged as more rows of ``run``: the same table, action
+    and column specs (the decoder hands one table's repeated specs as the same list)."""
+    return item.action is run.action and item.table == run.table \
+        and item.schema == run.schema \
+        and (item.column_specs is run.column_specs
+             or not (item.column_specs or run.column_specs)) \
+        and (item.key_specs is run.key_specs or not (item.key_specs or run.key_specs))
 
 
 def coalesced(segments: list[Segment]) -> list[Segment]:

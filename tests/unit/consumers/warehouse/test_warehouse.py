@@ -3,6 +3,7 @@ compatibility, path-safe names, time travel by seqno, block limits."""
 
 from __future__ import annotations
 
+import copy
 import csv
 import io
 import json
@@ -10,6 +11,7 @@ import logging
 import random
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -27,6 +29,7 @@ from consumers.warehouse.staging import (
 )
 from consumers.warehouse.types import (
     cast_expression,
+    commit_time_text,
     holds,
     spark_type,
     staged_text,
@@ -38,6 +41,7 @@ from thl_topics.event import (
     DataItem,
     RowAction,
     RowChange,
+    Statement,
     ThlEvent,
     ThlValue,
 )
@@ -246,6 +250,45 @@ def test_a_tables_flushes_in_one_block_are_one_segment_while_the_layout_holds(
     # The written segments themselves are left as they were (their files are removed
     # one by one once the block commits).
     assert written[0].files == [written[0].uri] and written[0].high == 1
+
+
+def test_consecutive_row_changes_of_a_table_are_staged_as_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # An OLTP transaction's single-row statements are a row change each: a run of them
+    # (same table, action and specs) goes through the line writer once, with the lines
+    # staging them one by one gives, and the event itself is left as it was.
+    specs = [ColumnSpec(1, "id", "INT", primary_key=True), ColumnSpec(2, "s", "VARCHAR")]
+    items: list[DataItem] = [
+        *(RowChange(RowAction.INSERT, "d", "t", specs, [], [[i, f"v{i}"]]) for i in range(3)),
+        Statement("SET @x = 1"),  # not staged: the run goes on
+        RowChange(RowAction.INSERT, "d", "t", specs, [], [[3, "w"], [4, "x"]]),
+        RowChange(RowAction.UPDATE, "d", "t", specs, specs, [[1, "v1b"]], [[1, "v1"]]),
+        RowChange(RowAction.UPDATE, "d", "t", specs, specs, [[2, "v2b"]], [[2, "v2"]]),
+        RowChange(RowAction.INSERT, "d", "u", specs, [], [[1, "u"]]),
+        RowChange(RowAction.DELETE, "d", "t", [], specs, [], [[0, "v0"]]),
+        RowChange(RowAction.DELETE, "d", "t", [], specs, [], [[4, "x"]])]
+    event = ThlEvent(9, 0, "s", "e", "", 1_700_000_000_000_000, data=items)
+    before = copy.deepcopy(event)
+    runs: list[int] = []
+    joined = BatchStager(collapse=True)
+    change = BatchStager._change
+
+    def counted(self: BatchStager, item: RowChange, *args: Any) -> None:
+        runs.append(item.row_count)
+        change(self, item, *args)
+
+    monkeypatch.setattr(BatchStager, "_change", counted)
+    joined.add(event)
+    monkeypatch.undo()
+    one_by_one = BatchStager(collapse=True)
+    for item in items:
+        if isinstance(item, RowChange):
+            one_by_one._change(item, 9, commit_time_text(event.tstamp))
+    assert runs == [5, 2, 1, 2]
+    assert [(s.table, s.lines, s.rows, s.keys_between) for s in joined.segments] == \
+        [(s.table, s.lines, s.rows, s.keys_between) for s in one_by_one.segments]
+    assert joined.rows == one_by_one.rows == 12
+    assert event == before
 
 
 def test_a_value_equal_to_the_null_marker_is_refused() -> None:
