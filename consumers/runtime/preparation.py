@@ -23,7 +23,7 @@ from consumers.runtime.checks import RangeChecks
 from consumers.schema_changes import Action, SchemaChangeMode, action, stopped
 from replicator.filters import FilterChain, FilterError, ReplicateFilter
 from replicator.sql_names import is_transactional
-from thl_topics.event import DataItem, RowChange, Statement, ThlEvent
+from thl_topics.event import ColumnSpec, DataItem, RowChange, Statement, ThlEvent
 from thl_topics.records import META_CHECK
 from thl_topics.schema_change import ChangeKind, SchemaChange
 
@@ -55,6 +55,9 @@ class Preparation:
         self.cascades = Cascades(replicate.keeps) \
             if foreign_keys == "follow" and not replays else None
         self.metrics = metrics
+        #: The last column specs found to hold a primary key: an event's row changes of one
+        #: table share their specs (the decoder hands the same list), checked once.
+        self._keyed: list[ColumnSpec] | None = None
         #: The change kinds the applier carries out itself, since it does not replay the
         #: statement (``Truncates``, ``Restructures``).
         self.carried: frozenset[ChangeKind] = frozenset() if replays else frozenset(
@@ -159,8 +162,12 @@ class Preparation:
     def _admits(self, item: DataItem, event: ThlEvent) -> bool:
         """Whether the applier gets ``item`` (DataError where it declared it cannot take it)."""
         if isinstance(item, RowChange):
-            if not self.capabilities.keyless_tables and not any(
-                    c.primary_key for c in item.column_specs or item.key_specs):
+            specs = item.column_specs or item.key_specs
+            if specs is self._keyed or self.capabilities.keyless_tables:
+                return True
+            if any(c.primary_key for c in specs):
+                self._keyed = specs
+            else:
                 raise DataError(
                     f"table {item.schema}.{item.table} has no primary key and "
                     f"{self.applier.target} cannot address its rows (seqno {event.seqno}); "
