@@ -34,6 +34,7 @@ from consumers.warehouse.applier import DEFAULT_BLOCK
 from consumers.warehouse.config import SparkSettings, WarehouseTarget
 from consumers.warehouse.merge import DeltaWriter
 from consumers.warehouse.staging import BatchStager, StagingArea
+from replicator.gc_tuning import tune_for_throughput
 from stack.services.spark import warehouse_spark
 from stack.settings import RUN_DIR, port
 from thl_topics.event import (
@@ -280,6 +281,8 @@ def main(base_rows: int, batch_rows: int, batches: int, e2e_rows: int, e2e_block
     result: dict[str, Any] = {"spark": "local[2]", "collapse": collapse,
                               "merge": merge_bench(sizes, spark, base, collapse)}
     if not skip_e2e:
+        # The collector set as trep-run sets it for its groups (replicator/gc_tuning.py).
+        tune_for_throughput()
         runs = []
         for run in range(e2e_runs):
             e2e = e2e_bench(sizes, base, collapse)
