@@ -207,28 +207,22 @@ class BatchStager:
         chunk = chunk_of(event)
         first = (chunk.schema, chunk.table) if chunk is not None and chunk.first and \
             event.fragno == 0 else None
-        run: RowChange | None = None
-        run_fresh = joined = False
+        run: list[RowChange] = []
+        run_fresh = False
         for item in event.data:
             if not isinstance(item, RowChange):
                 continue
             fresh = first == (item.schema, item.table)
             # Only the chunk's first row change opens the truncating segment.
             first = None if fresh else first
-            if run is not None and not fresh and _continues(run, item):
-                if not joined:  # a copy: the event's own row changes stay as they are
-                    run = RowChange(run.action, run.schema, run.table, run.column_specs,
-                                    run.key_specs, list(run.column_values),
-                                    list(run.key_values))
-                    joined = True
-                run.column_values.extend(item.column_values)
-                run.key_values.extend(item.key_values)
+            if run and not fresh and _continues(run[-1], item):
+                run.append(item)
                 continue
-            if run is not None:
-                self._change(run, event.seqno, commit, run_fresh)
-            run, run_fresh, joined = item, fresh, False
-        if run is not None:
-            self._change(run, event.seqno, commit, run_fresh)
+            if run:
+                self._change(_joined(run), event.seqno, commit, run_fresh)
+            run, run_fresh = [item], fresh
+        if run:
+            self._change(_joined(run), event.seqno, commit, run_fresh)
 
     def _segment(self, change: RowChange, seqno: int, fresh: bool = False) -> Segment:
         specs = change.column_specs or change.key_specs
@@ -310,6 +304,20 @@ def _continues(run: RowChange, item: RowChange) -> bool:
         and (item.column_specs is run.column_specs
              or not (item.column_specs or run.column_specs)) \
         and (item.key_specs is run.key_specs or not (item.key_specs or run.key_specs))
+
+
+def _joined(run: list[RowChange]) -> RowChange:
+    """One row change holding the rows of ``run`` in order (a new one: the event's own row
+    changes stay as they are)."""
+    if len(run) == 1:
+        return run[0]
+    head = run[0]
+    joined = RowChange(head.action, head.schema, head.table, head.column_specs,
+                       head.key_specs, [], [])
+    for change in run:
+        joined.column_values += change.column_values
+        joined.key_values += change.key_values
+    return joined
 
 
 def coalesced(segments: list[Segment]) -> list[Segment]:
