@@ -89,8 +89,8 @@ def _session_conf(settings: SparkSettings) -> dict[str, str]:
 def _configure(spark: SparkSession, settings: SparkSettings) -> None:
     """Set the session's SQL settings. Static ones (fixed when the JVM's Spark started)
     cannot be set on a session: ``acquire`` passed them to the Spark it started; a
-    group's own static setting that reaches a running Spark (a Connect server, a
-    ``spark-submit`` driver) is reported, not silently dropped."""
+    group's own static setting that reaches a Spark started before (a Connect server,
+    the Spark of a notebook or a test session) is reported, not silently dropped."""
     for key, value in _session_conf(settings).items():
         if spark.conf.isModifiable(key):
             spark.conf.set(key, value)
