@@ -57,8 +57,8 @@ DEFAULTS = {
     # a block of three tables (or the next block of the same one) evicted the classes it was
     # about to use again: every block compiled its code anew, and the JIT compiled the new
     # classes again. Measured (bench/warehouse_bench.py, 900,000 row changes, runs in one
-    # driver): 117-121 compilations every run with 100; 98 in the first and 7 in each later
-    # one with more room, the JIT's CPU 22.0 -> 18.6 s and 15.5 -> 12.9 s a run. A static
+    # driver, alternated): 117-146 compilations every run with 100; 98 in the first and 7
+    # in each later one with more room, a warm run's JVM CPU 36.2-41.3 -> 26.7-32.4 s. A static
     # setting: it takes effect when this process starts Spark (``acquire``), a Spark
     # Connect server needs it in its own configuration.
     "spark.sql.codegen.cache.maxEntries": "1000",
@@ -94,10 +94,12 @@ def _configure(spark: SparkSession, settings: SparkSettings) -> None:
     for key, value in _session_conf(settings).items():
         if spark.conf.isModifiable(key):
             spark.conf.set(key, value)
-        elif key in settings.conf and spark.conf.get(key, None) != value:
+            continue
+        started = spark.conf.get(key, None) if key in settings.conf else value
+        if started != value:
             log.warning("spark.conf %s = %s is a static Spark setting: this session's Spark "
                         "was started with %s; set it where that Spark is started",
-                        key, value, spark.conf.get(key, None))
+                        key, value, started)
 
 
 @dataclass(frozen=True)
