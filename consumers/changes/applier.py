@@ -36,6 +36,7 @@ from consumers.changes import readback
 from consumers.changes.config import ChangesTarget
 from consumers.changes.envelopes import DebeziumEnvelope, Envelope, TungstenEnvelope
 from consumers.changes.errors import kafka_error
+from consumers.changes.follow import TopicFollower
 from consumers.changes.layouts import LayoutLog
 from consumers.changes.naming import TopicNames
 from consumers.changes.positions import encode_position, read_position
@@ -44,12 +45,13 @@ from consumers.changes.serde import AvroSerde, JsonSerde, Serde
 from consumers.changes.topics import TopicAdmin
 from consumers.changes.transaction import BlockTransaction
 from consumers.check import CheckRange, CheckResult
-from consumers.errors import ConsumerError, PositionConflict
+from consumers.errors import ConsumerError, PositionConflict, TransientError
 from consumers.heartbeat import Heartbeat
 from consumers.position import Position
 from consumers.registry import ApplierContext
 from consumers.zero_dates import ZeroDateTally, count_zero_dates
 from replicator import crashpoints
+from thl_topics.checksum import thl_value_of
 from thl_topics.closing import close_consumer
 from thl_topics.event import ColumnSpec, RowChange, ThlEvent, ThlValue
 from thl_topics.schema_change import SchemaChange
@@ -94,6 +96,10 @@ class ChangesApplier:
         self._group_metadata: Any = None
         self._expected: int | None = None
         self._beat: Heartbeat | None = None
+        #: Child tables' topics as cascades read them, kept between look-ups.
+        self._follower = TopicFollower(self.kafka, cfg.schema_registry.url
+                                       if cfg.schema_registry else None,
+                                       cfg.transaction_timeout_s)
         #: Zero and partial dates become null in the records, as in Debezium: counted.
         self._zeros = ZeroDateTally(self.target, ctx.metrics, log)
 
@@ -111,6 +117,7 @@ class ChangesApplier:
             self._records.topics = TopicAdmin(AdminClient(self.kafka), self.cfg, self.target)
         topics = self._records.topics
         topics.forget()
+        self._follower.forget()
         for compacted in (self.positions_topic, self._layouts.topic):
             topics.ensure(compacted, keyed=True, partitions=1,
                           configs={"cleanup.policy": "compact"})
@@ -228,7 +235,8 @@ class ChangesApplier:
         every = CheckRange("live rows", "", "", 0, 0, [s.name for s in specs if s.primary_key],
                            None, None, specs, 0, "", "")
         return list(readback.read_range(self.kafka, registry, topic, every,
-                                        self.cfg.transaction_timeout_s, self.target))
+                                        self.cfg.transaction_timeout_s, self.target,
+                                        self._txn.own_starts(topic, -1)))
 
     def heartbeat(self, beat: Heartbeat) -> None:
         # Kept with the position record of this block: where the group's lag is read.
@@ -241,19 +249,27 @@ class ChangesApplier:
         topic = self.names.topic(check.schema, check.table, -1)
         registry = self.cfg.schema_registry.url if self.cfg.schema_registry else None
         yield from readback.read_range(self.kafka, registry, topic, check,
-                                       self.cfg.transaction_timeout_s, self.target)
+                                       self.cfg.transaction_timeout_s, self.target,
+                                       self._txn.own_starts(topic, -1))
 
     def rows_matching(self, schema: str, table: str, specs: list[ColumnSpec],
                       columns: Sequence[str], values: Sequence[tuple[ThlValue, ...]]
                       ) -> Iterator[list[ThlValue]]:
-        """The rows the table's topic folds into (``consumers.cascades`` keeps the child
-        rows among them): committed records only, the open block's are the caller's.
-        Reads the whole topic, as a check does."""
+        """The rows the table's topic folds into whose ``columns`` hold one of ``values``:
+        committed records only, the open block's are the caller's (``consumers.cascades``).
+        The topic is read on from the last look-up (``follow.TopicFollower``)."""
         topic = self.names.topic(schema, table, -1)
-        registry = self.cfg.schema_registry.url if self.cfg.schema_registry else None
-        return readback.rows_of_topic(self.kafka, registry, topic, specs,
-                                      any(s.primary_key for s in specs),
-                                      self.cfg.transaction_timeout_s, self.target)
+        try:
+            rows = self._follower.rows(topic, any(s.primary_key for s in specs),
+                                       self._txn.own_starts(topic, -1))
+        except (KafkaException, TimeoutError, RuntimeError) as exc:
+            raise TransientError(f"{self.target}: reading {topic} back for a cascade: {exc}"
+                                 ) from exc
+        wanted = set(values)
+        by_name = {s.name: s for s in specs}
+        looked = [by_name[c] for c in columns]
+        return iter([[thl_value_of(s, row.get(s.name)) for s in specs] for row in rows
+                     if tuple(thl_value_of(s, row.get(s.name)) for s in looked) in wanted])
 
     def record_check(self, result: CheckResult) -> None:
         """The result as a record of the group's positions topic (key ``check:<table>:

@@ -24,7 +24,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -47,7 +47,7 @@ from consumers.check import CheckRange
 from consumers.errors import TransientError
 from thl_topics.checksum import thl_value_of
 from thl_topics.closing import close_consumer
-from thl_topics.event import ColumnSpec, ThlValue
+from thl_topics.event import ThlValue
 
 _EPOCH = dt.datetime(1970, 1, 1)  # noqa: DTZ001 - DATETIME has no zone
 _EPOCH_DATE = dt.date(1970, 1, 1)
@@ -166,10 +166,11 @@ class ChangeReader:
         return json.loads(data, parse_float=Decimal)
 
     def records(self, topics: Iterable[str], timeout: float = 30.0,
-                committed: bool = True) -> Iterator[Change]:
+                committed: bool = True, span: Span | None = None) -> Iterator[Change]:
         """Every committed record of ``topics``, partition by partition, in offset order
-        (``committed`` False: open and aborted transactions' records too, for diagnosis)."""
-        for msg in messages(self.kafka, topics, timeout, committed):
+        (``committed`` False: open and aborted transactions' records too, for diagnosis;
+        ``span``: from and up to where, ``messages``)."""
+        for msg in messages(self.kafka, topics, timeout, committed, span):
             yield self._change(msg)
 
     def _change(self, msg: Any) -> Change:
@@ -224,11 +225,35 @@ class ChangeReader:
         return op, (row if op == "d" else None), (None if op == "d" else row)
 
 
+#: A partition of a topic: (topic, partition).
+Where = tuple[str, int]
+#: A row's values as a hashable key (``_hashable``).
+Image = tuple[tuple[str, Any], ...]
+
+
+@dataclass
+class Span:
+    """Where a read of change topics starts and stops, and where it stopped.
+
+    ``start``: the offset to read each partition from (its beginning where none is given).
+    ``own``: the first offset of each partition that the reader's own open transaction
+    wrote: the read stops there instead of at the partition's end, since a
+    ``read_committed`` end cannot pass an open transaction, and waiting for the reader's own
+    would wait forever. ``reached``: filled by the read, the offset each partition was read
+    up to (where the next read of it starts)."""
+
+    start: Mapping[Where, int] = field(default_factory=dict)
+    own: Mapping[Where, int] = field(default_factory=dict)
+    reached: dict[Where, int] = field(default_factory=dict)
+
+
 def messages(kafka: Mapping[str, Any], topics: Iterable[str], timeout: float = 30.0,
-             committed: bool = True) -> Iterator[Message]:
+             committed: bool = True, span: Span | None = None) -> Iterator[Message]:
     """Every committed record of ``topics`` as Kafka returns it, from each partition's
     beginning to its end as it stands now, every transaction decided (``committed`` False:
-    open and aborted transactions' records too, for diagnosis)."""
+    open and aborted transactions' records too, for diagnosis; ``span``: from and up to
+    where, and where the read ended)."""
+    span = span or Span()
     consumer = Consumer({**kafka, "group.id": "change-reader", "enable.auto.commit": False,
                          "isolation.level": "read_committed" if committed
                          else "read_uncommitted",
@@ -237,14 +262,18 @@ def messages(kafka: Mapping[str, Any], topics: Iterable[str], timeout: float = 3
                          "auto.offset.reset": "error",
                          # A record of a row of many MiB (the producer's max_message_bytes).
                          "receive.message.max.bytes": 256 * 1024 * 1024,
-                         "enable.partition.eof": True})
+                         "enable.partition.eof": True,
+                         # The end is known (the offsets above): a fetch that reached it need
+                         # not wait for more records (500 ms by default), which is most of
+                         # what a read of a few new records costs (``follow.py``).
+                         "fetch.wait.max.ms": 10})
     try:
         meta = consumer.list_topics(timeout=timeout)
-        parts = [TopicPartition(t, p, OFFSET_BEGINNING) for t in topics if t in meta.topics
-                 for p in sorted(meta.topics[t].partitions)]
+        parts = [TopicPartition(t, p, span.start.get((t, p), OFFSET_BEGINNING))
+                 for t in topics if t in meta.topics for p in sorted(meta.topics[t].partitions)]
         if not parts:
             return
-        ends = wait_decided(kafka, parts, timeout) if committed else {}
+        ends = wait_decided(kafka, parts, timeout, span.own) if committed else {}
         consumer.assign(parts)
         left = {(p.topic, p.partition) for p in parts}
         while left:
@@ -261,6 +290,8 @@ def messages(kafka: Mapping[str, Any], topics: Iterable[str], timeout: float = 3
                     # out, loudly) rather than stop before some of them.
                     if at is None or at >= ends.get(where, 0):
                         left.discard(where)
+                        if at is not None:
+                            span.reached[where] = at
                     continue
                 raise RuntimeError(f"reading change topics: {err.str()}")
             yield msg
@@ -273,18 +304,23 @@ REQUEST_TIMEOUT_S = 30.0
 
 
 def wait_decided(kafka: Mapping[str, Any], parts: list[TopicPartition],
-                 timeout: float) -> dict[tuple[str, int], int]:
+                 timeout: float, own: Mapping[Where, int] | None = None) -> dict[Where, int]:
     """Until every partition's last stable offset reaches the high watermark it has now:
     the transactions committed (or aborted) before this call have their markers, so a
     ``read_committed`` read to the end sees them. Those high watermarks, by (topic,
-    partition). Raises TimeoutError naming a partition whose transaction stays open (a
-    producer that died mid-transaction holds its partitions until its transaction times
-    out or its successor fences it)."""
+    partition); where the caller's own open transaction wrote (``own``: its first offset
+    there), that offset instead: the records before it are decided, the caller's own are
+    not and will not be until it commits. Raises TimeoutError naming a partition whose
+    transaction stays open (a producer that died mid-transaction holds its partitions until
+    its transaction times out or its successor fences it)."""
     admin = AdminClient(dict(kafka))
     # ``timeout`` is how long a transaction may stay open; one ListOffsets round trip gets
     # at least REQUEST_TIMEOUT_S (a busy broker can take seconds to answer one).
     request = max(timeout, REQUEST_TIMEOUT_S)
     ends = _offsets(admin, parts, IsolationLevel.READ_UNCOMMITTED, request)
+    for where, first in (own or {}).items():
+        if where in ends:
+            ends[where] = min(ends[where], first)
     deadline = time.monotonic() + timeout
     while True:
         stable = _offsets(admin, parts, IsolationLevel.READ_COMMITTED, request)
@@ -316,82 +352,87 @@ def _offsets(admin: AdminClient, parts: list[TopicPartition], isolation: Isolati
         raise RuntimeError(f"reading change topics' end offsets: {exc}") from exc
 
 
-def _hashable(row: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+def _hashable(row: Mapping[str, Any]) -> Image:
     return tuple(sorted((k, repr(v)) for k, v in row.items()))
 
 
-def materialize(changes: Iterable[Change], keyed: bool) -> list[dict[str, Any]]:
-    """A table's current rows from its records (in each partition's offset order).
+class TopicFold:
+    """A table's current rows folded from its records (in each partition's offset order),
+    one record at a time, so that a fold can be kept and later records added to it
+    (``consumers.changes.follow``).
 
     Records at or below the (seqno, row) a partition already passed are replays and are
     dropped; tombstones only remove a key that a delete removed already; a truncate (op
     ``t``, sent to every partition when a keyless table is provisioned again) empties what
     its partition held so far.
     """
-    Rows = dict[tuple[tuple[str, Any], ...], dict[str, Any]]
-    latest: dict[tuple[str, int], Rows] = {}
-    bags: dict[tuple[str, int], Counter[tuple[tuple[str, Any], ...]]] = {}
-    rows: Rows = {}
-    passed: dict[tuple[str, int], tuple[int, int]] = {}
-    for c in changes:
+
+    def __init__(self, keyed: bool) -> None:
+        self.keyed = keyed
+        self._latest: dict[Where, dict[Image, dict[str, Any]]] = {}
+        self._bags: dict[Where, Counter[Image]] = {}
+        self._images: dict[Image, dict[str, Any]] = {}
+        self._passed: dict[Where, tuple[int, int]] = {}
+
+    def add(self, c: Change) -> None:
         if c.op is None:
-            continue
+            return
         mark = (c.seqno, c.row)
         where = (c.topic, c.partition)
-        if where in passed and mark <= passed[where]:
-            continue
-        passed[where] = mark
+        if where in self._passed and mark <= self._passed[where]:
+            return
+        self._passed[where] = mark
         if c.op == "t":
-            latest.pop(where, None)
-            bags.pop(where, None)
-        elif keyed:
+            self._latest.pop(where, None)
+            self._bags.pop(where, None)
+        elif self.keyed:
             key = _hashable(c.key or {})
             if c.op == "d":
-                latest.setdefault(where, {}).pop(key, None)
+                self._latest.setdefault(where, {}).pop(key, None)
             elif c.after is not None:
-                latest.setdefault(where, {})[key] = c.after
+                self._latest.setdefault(where, {})[key] = c.after
         else:
-            bag = bags.setdefault(where, Counter())
+            bag = self._bags.setdefault(where, Counter())
             if c.before is not None and c.op in ("u", "d"):
                 bag[_hashable(c.before)] -= 1
             if c.after is not None:
                 h = _hashable(c.after)
                 bag[h] += 1
-                rows[h] = c.after
-    if keyed:
-        return [row for part in latest.values() for row in part.values()]
-    total: Counter[tuple[tuple[str, Any], ...]] = Counter()
-    for bag in bags.values():
-        total.update(bag)
-    negative = [h for h, n in total.items() if n < 0]
-    if negative:
-        raise ValueError(f"{len(negative)} keyless row(s) deleted more often than created")
-    return [rows[h] for h, n in total.items() for _ in range(n)]
+                self._images[h] = c.after
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The rows the records added so far fold into."""
+        if self.keyed:
+            return [row for part in self._latest.values() for row in part.values()]
+        total: Counter[Image] = Counter()
+        for bag in self._bags.values():
+            total.update(bag)
+        negative = [h for h, n in total.items() if n < 0]
+        if negative:
+            raise ValueError(f"{len(negative)} keyless row(s) deleted more often than created")
+        return [self._images[h] for h, n in total.items() for _ in range(n)]
 
 
-def rows_of_topic(kafka: Mapping[str, Any], registry: str | None, topic: str,
-                  specs: list[ColumnSpec], keyed: bool, timeout: float, target: str
-                  ) -> Iterator[list[ThlValue]]:
-    """Every row a data team would fold ``topic`` into, as THL values in ``specs`` order
-    (a cascade's child rows are among them: the caller keeps exact matches)."""
-    try:
-        rows = materialize(ChangeReader(kafka, registry).records([topic], timeout), keyed)
-    except (KafkaException, TimeoutError, RuntimeError) as exc:
-        raise TransientError(f"{target}: reading {topic} back for a cascade: {exc}"
-                             ) from exc
-    for row in rows:
-        yield [thl_value_of(spec, row.get(spec.name)) for spec in specs]
+def materialize(changes: Iterable[Change], keyed: bool) -> list[dict[str, Any]]:
+    """A table's current rows from its records (``TopicFold``)."""
+    fold = TopicFold(keyed)
+    for c in changes:
+        fold.add(c)
+    return fold.rows()
 
 
 def read_range(kafka: Mapping[str, Any], registry: str | None, topic: str, check: CheckRange,
-               timeout: float, target: str) -> Iterator[list[ThlValue]]:
+               timeout: float, target: str, own: Mapping[Where, int] | None = None
+               ) -> Iterator[list[ThlValue]]:
     """The rows a data team would fold ``topic`` into, in a checked key range, as THL values
     (consumers.check). Reads the whole topic: a check of change topics costs what a full
-    materialization costs."""
+    materialization costs. ``own``: where the caller's open transaction began writing to
+    the topic's partitions (``Span``)."""
     try:
         # A topic that does not exist (yet) reads as no records: no rows.
         reader = ChangeReader(kafka, registry)
-        rows = materialize(reader.records([topic], timeout), bool(check.key))
+        rows = materialize(reader.records([topic], timeout, span=Span(own=own or {})),
+                           bool(check.key))
     except (KafkaException, TimeoutError, RuntimeError) as exc:
         # Kafka away, or a transaction of another producer still open in the topic:
         # the check block rolls back and the check runs again.

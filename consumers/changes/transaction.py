@@ -43,6 +43,7 @@ class BlockTransaction:
         #: last offset confirmed per partition, and the records reported without a valid
         #: offset (how many, and the first few as text).
         self._acked = 0
+        self._first_offset: dict[tuple[str, int], int] = {}
         self._last_offset: dict[tuple[str, int], int] = {}
         self._unconfirmed = 0
         self._unconfirmed_seen: list[str] = []
@@ -82,6 +83,7 @@ class BlockTransaction:
         self._errors.clear()
         self.records = 0
         self._acked = 0
+        self._first_offset.clear()
         self._last_offset.clear()
         self._unconfirmed = 0
         self._unconfirmed_seen.clear()
@@ -106,6 +108,29 @@ class BlockTransaction:
                 raise kafka_error(exc.args[0], self.target, f"producing to {topic}",
                                   seqno) from exc
         self.records += 1
+
+    def own_starts(self, topic: str, seqno: int) -> dict[tuple[str, int], int]:
+        """Where the open block began writing to each partition of ``topic``: a read of the
+        topic must stop there (``readback.Span``), since its end cannot pass the block's
+        own open transaction. Waits for the delivery reports of the block's records first:
+        an offset not known yet could lie anywhere."""
+        if not self._in_txn or not self.records:
+            return {}
+        timeout = self.cfg.transaction_timeout_s
+        try:
+            left = self.producer.flush(timeout)
+        except KafkaException as exc:
+            raise kafka_error(exc.args[0], self.target, "waiting for the block's delivery "
+                              "reports", seqno) from exc
+        except Exception as exc:
+            raise self._broken(exc, "waiting for the block's delivery reports", seqno) from exc
+        if left or self._unconfirmed or self._errors:
+            # The commit would refuse this block anyway (``_confirm``).
+            raise TransientError(f"{self.target}: the block's records are not all confirmed "
+                                 "by a delivery report with an offset of their own; the "
+                                 "block is applied again", seqno=seqno)
+        return {where: first for where, first in self._first_offset.items()
+                if where[0] == topic}
 
     def commit(self, seqno: int) -> None:
         """Commit the open transaction once every record of it is confirmed."""
@@ -215,6 +240,7 @@ class BlockTransaction:
                 self._unconfirmed_seen.append(f"{where[0]} [{where[1]}] offset {offset}")
             return
         self._last_offset[where] = offset
+        self._first_offset.setdefault(where, offset)
         self._acked += 1
 
     def poll(self, timeout: float = 0) -> None:
