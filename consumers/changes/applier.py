@@ -304,6 +304,7 @@ class ChangesApplier:
 
     def rollback(self) -> None:
         self._txn.rollback()
+        self._records.rollback()
         self._zeros.rollback()
 
     def _transaction(self, work: Any) -> None:

@@ -85,6 +85,16 @@ class RecordWriter:
         self._total = 0
         self._per_table: dict[tuple[str, str], int] = {}
 
+    def rollback(self) -> None:
+        """The open block was aborted: what it recorded about tables (their layouts in the
+        layouts topic, a table left) went with it. Forget what this process learned since
+        the last commit too, so the block applied again records it again: the tables are
+        learned anew from the layouts topic as committed (a layout written twice is
+        harmless, one never committed would leave a later session without the table's
+        topic)."""
+        self._tables.clear()
+        self.layouts.forget()
+
     def _origin(self, event: ThlEvent) -> Origin:
         """Where the records of a fragment come from (a new transaction at fragment 0)."""
         if event.fragno == 0:
