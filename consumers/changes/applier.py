@@ -170,6 +170,7 @@ class ChangesApplier:
     def close(self) -> None:
         self.rollback()
         self._txn.drop()
+        self._follower.close()
         if self._meta_consumer is not None:
             try:
                 close_consumer(self._meta_consumer, f"{self.target}: metadata")

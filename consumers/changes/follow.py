@@ -28,10 +28,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
-from consumers.changes.readback import ChangeReader, Span, TopicFold, Where
+from consumers.changes.readback import ChangeReader, Span, TopicFold, Where, reading_consumer
+from thl_topics.closing import close_consumer
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,10 @@ class TopicFollower:
         self.kafka = dict(kafka)
         self.timeout = timeout
         self._reader = ChangeReader(self.kafka, registry)
+        # Kept between look-ups: a new client's connection and metadata cost ~60 ms, most of
+        # a look-up that reads a few new records.
         self._admin: AdminClient | None = None
+        self._consumer: Consumer | None = None
         self._followed: dict[str, _Followed] = {}
 
     def rows(self, topic: str, keyed: bool, own: Mapping[Where, int]
@@ -85,18 +89,43 @@ class TopicFollower:
         """Every kept fold (a new session reads the topics again)."""
         self._followed.clear()
 
+    def close(self) -> None:
+        """The kept folds and clients."""
+        self.forget()
+        self._drop_consumer()
+        self._admin = None
+
     def _read_on(self, topic: str, kept: _Followed, own: Mapping[Where, int]) -> None:
         span = Span(start=dict(kept.reached), own=own)
-        for change in self._reader.records([topic], self.timeout, span=span):
-            kept.fold.add(change)
+        if self._consumer is None:
+            self._consumer = reading_consumer(self.kafka)
+        try:
+            for change in self._reader.records([topic], self.timeout, span=span,
+                                               consumer=self._consumer, admin=self._admin_client()):
+                kept.fold.add(change)
+        except BaseException:
+            # Whatever state a failed read left the consumer in, the next starts afresh.
+            self._drop_consumer()
+            raise
         kept.reached.update(span.reached)
+
+    def _drop_consumer(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            try:
+                close_consumer(consumer, "change topics followed for cascades")
+            except (KafkaException, RuntimeError) as exc:
+                log.debug("closing the change topics' reader: %s", exc)
+
+    def _admin_client(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient(self.kafka)
+        return self._admin
 
     def _topic_id(self, topic: str) -> str | None:
         """The topic's id (None: no such topic), which a topic created again changes."""
-        if self._admin is None:
-            self._admin = AdminClient(self.kafka)
-        future = self._admin.describe_topics(TopicCollection([topic]),
-                                             request_timeout=self.timeout)[topic]
+        future = self._admin_client().describe_topics(TopicCollection([topic]),
+                                                      request_timeout=self.timeout)[topic]
         try:
             return str(future.result(self.timeout).topic_id)
         except KafkaException as exc:

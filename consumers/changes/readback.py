@@ -166,11 +166,13 @@ class ChangeReader:
         return json.loads(data, parse_float=Decimal)
 
     def records(self, topics: Iterable[str], timeout: float = 30.0,
-                committed: bool = True, span: Span | None = None) -> Iterator[Change]:
+                committed: bool = True, span: Span | None = None,
+                consumer: Consumer | None = None, admin: AdminClient | None = None
+                ) -> Iterator[Change]:
         """Every committed record of ``topics``, partition by partition, in offset order
         (``committed`` False: open and aborted transactions' records too, for diagnosis;
-        ``span``: from and up to where, ``messages``)."""
-        for msg in messages(self.kafka, topics, timeout, committed, span):
+        ``span``, ``consumer`` and ``admin``: as ``messages`` takes them)."""
+        for msg in messages(self.kafka, topics, timeout, committed, span, consumer, admin):
             yield self._change(msg)
 
     def _change(self, msg: Any) -> Change:
@@ -247,33 +249,46 @@ class Span:
     reached: dict[Where, int] = field(default_factory=dict)
 
 
+def reading_consumer(kafka: Mapping[str, Any], committed: bool = True) -> Consumer:
+    """A consumer for ``messages``: one may serve many reads (``follow.py`` keeps one, which
+    spares each read the connection and the metadata of a new client)."""
+    return Consumer({**kafka, "group.id": "change-reader", "enable.auto.commit": False,
+                     "isolation.level": "read_committed" if committed else "read_uncommitted",
+                     # Reading starts at each partition's beginning, or where a kept fold
+                     # stopped: a reset could only skip records silently, so it fails instead.
+                     "auto.offset.reset": "error",
+                     # A record of a row of many MiB (the producer's max_message_bytes).
+                     "receive.message.max.bytes": 256 * 1024 * 1024,
+                     "enable.partition.eof": True,
+                     # The end is known (the offsets below): a fetch that reached it need
+                     # not wait for more records (500 ms by default), which is most of what
+                     # a read of a few new records costs (``follow.py``).
+                     "fetch.wait.max.ms": 10})
+
+
 def messages(kafka: Mapping[str, Any], topics: Iterable[str], timeout: float = 30.0,
-             committed: bool = True, span: Span | None = None) -> Iterator[Message]:
+             committed: bool = True, span: Span | None = None,
+             consumer: Consumer | None = None, admin: AdminClient | None = None
+             ) -> Iterator[Message]:
     """Every committed record of ``topics`` as Kafka returns it, from each partition's
     beginning to its end as it stands now, every transaction decided (``committed`` False:
     open and aborted transactions' records too, for diagnosis; ``span``: from and up to
-    where, and where the read ended)."""
+    where, and where the read ended). ``consumer`` (from ``reading_consumer``) and ``admin``:
+    clients to read with, kept by the caller (unassigned after the read); new ones
+    otherwise."""
     span = span or Span()
-    consumer = Consumer({**kafka, "group.id": "change-reader", "enable.auto.commit": False,
-                         "isolation.level": "read_committed" if committed
-                         else "read_uncommitted",
-                         # Reading starts at each partition's beginning: a reset could only
-                         # skip records silently, so it fails instead.
-                         "auto.offset.reset": "error",
-                         # A record of a row of many MiB (the producer's max_message_bytes).
-                         "receive.message.max.bytes": 256 * 1024 * 1024,
-                         "enable.partition.eof": True,
-                         # The end is known (the offsets above): a fetch that reached it need
-                         # not wait for more records (500 ms by default), which is most of
-                         # what a read of a few new records costs (``follow.py``).
-                         "fetch.wait.max.ms": 10})
+    kept = consumer is not None
+    if consumer is None:
+        consumer = reading_consumer(kafka, committed)
     try:
-        meta = consumer.list_topics(timeout=timeout)
+        topics = list(topics)
+        # One topic: its metadata only (a kept client asks again for every read).
+        meta = consumer.list_topics(topics[0] if len(topics) == 1 else None, timeout=timeout)
         parts = [TopicPartition(t, p, span.start.get((t, p), OFFSET_BEGINNING))
                  for t in topics if t in meta.topics for p in sorted(meta.topics[t].partitions)]
         if not parts:
             return
-        ends = wait_decided(kafka, parts, timeout, span.own) if committed else {}
+        ends = wait_decided(kafka, parts, timeout, span.own, admin) if committed else {}
         consumer.assign(parts)
         left = {(p.topic, p.partition) for p in parts}
         while left:
@@ -296,7 +311,10 @@ def messages(kafka: Mapping[str, Any], topics: Iterable[str], timeout: float = 3
                 raise RuntimeError(f"reading change topics: {err.str()}")
             yield msg
     finally:
-        close_consumer(consumer, "change topics read back")
+        if kept:
+            consumer.unassign()
+        else:
+            close_consumer(consumer, "change topics read back")
 
 
 #: The least time one ListOffsets request is given, whatever the caller's timeout.
@@ -304,7 +322,8 @@ REQUEST_TIMEOUT_S = 30.0
 
 
 def wait_decided(kafka: Mapping[str, Any], parts: list[TopicPartition],
-                 timeout: float, own: Mapping[Where, int] | None = None) -> dict[Where, int]:
+                 timeout: float, own: Mapping[Where, int] | None = None,
+                 admin: AdminClient | None = None) -> dict[Where, int]:
     """Until every partition's last stable offset reaches the high watermark it has now:
     the transactions committed (or aborted) before this call have their markers, so a
     ``read_committed`` read to the end sees them. Those high watermarks, by (topic,
@@ -312,8 +331,9 @@ def wait_decided(kafka: Mapping[str, Any], parts: list[TopicPartition],
     there), that offset instead: the records before it are decided, the caller's own are
     not and will not be until it commits. Raises TimeoutError naming a partition whose
     transaction stays open (a producer that died mid-transaction holds its partitions until
-    its transaction times out or its successor fences it)."""
-    admin = AdminClient(dict(kafka))
+    its transaction times out or its successor fences it). ``admin``: a client to ask with
+    (a new one otherwise)."""
+    admin = admin or AdminClient(dict(kafka))
     # ``timeout`` is how long a transaction may stay open; one ListOffsets round trip gets
     # at least REQUEST_TIMEOUT_S (a busy broker can take seconds to answer one).
     request = max(timeout, REQUEST_TIMEOUT_S)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from consumers.changes import follow
 from consumers.changes.follow import TopicFollower
 from consumers.changes.readback import Change, Span, materialize
 
@@ -34,8 +35,9 @@ class _Log:
         self.fail_from: int | None = None
 
     def records_of(self, topics: Iterable[str], timeout: float = 30.0,
-                   committed: bool = True, span: Span | None = None) -> Iterator[Change]:
-        assert span is not None
+                   committed: bool = True, span: Span | None = None,
+                   consumer: Any = None, admin: Any = None) -> Iterator[Change]:
+        assert span is not None and consumer is not None
         self.reads.append(dict(span.start))
         where = (TOPIC, 0)
         start = span.start.get(where, 0)
@@ -46,13 +48,22 @@ class _Log:
         span.reached[where] = end
 
 
+class _Consumer:
+    """What the follower keeps between reads (the fake reader only checks it is there)."""
+
+    def close(self) -> None:
+        pass
+
+
 @pytest.fixture
 def follower(monkeypatch: pytest.MonkeyPatch) -> tuple[TopicFollower, _Log, dict[str, Any]]:
     log = _Log()
     topic = {"id": "A"}
+    monkeypatch.setattr(follow, "reading_consumer", lambda kafka: _Consumer())
     f = TopicFollower({"bootstrap.servers": "unused:9092"}, None, 5.0)
     monkeypatch.setattr(f._reader, "records", log.records_of)
     monkeypatch.setattr(f, "_topic_id", lambda name: topic["id"])
+    monkeypatch.setattr(f, "_admin_client", lambda: None)
     return f, log, topic
 
 
