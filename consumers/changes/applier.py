@@ -96,10 +96,10 @@ class ChangesApplier:
         self._group_metadata: Any = None
         self._expected: int | None = None
         self._beat: Heartbeat | None = None
+        #: Where readbacks of the change topics find their Avro schemas (None: JSON).
+        self._registry = cfg.schema_registry.url if cfg.schema_registry else None
         #: Child tables' topics as cascades read them, kept between look-ups.
-        self._follower = TopicFollower(self.kafka, cfg.schema_registry.url
-                                       if cfg.schema_registry else None,
-                                       cfg.transaction_timeout_s)
+        self._follower = TopicFollower(self.kafka, self._registry, cfg.transaction_timeout_s)
         #: Zero and partial dates become null in the records, as in Debezium: counted.
         self._zeros = ZeroDateTally(self.target, ctx.metrics, log)
 
@@ -232,10 +232,9 @@ class ChangesApplier:
 
     def _live_rows(self, topic: str, specs: list[ColumnSpec]) -> list[list[ThlValue]]:
         """Every row the readers of ``topic`` hold, as THL values in ``specs`` order."""
-        registry = self.cfg.schema_registry.url if self.cfg.schema_registry else None
         every = CheckRange("live rows", "", "", 0, 0, [s.name for s in specs if s.primary_key],
                            None, None, specs, 0, "", "")
-        return list(readback.read_range(self.kafka, registry, topic, every,
+        return list(readback.read_range(self.kafka, self._registry, topic, every,
                                         self.cfg.transaction_timeout_s, self.target,
                                         self._txn.own_starts(topic, -1)))
 
@@ -248,8 +247,7 @@ class ChangesApplier:
         as THL values (consumers.check). Reads the whole topic: a check of change topics
         costs what a full materialization costs."""
         topic = self.names.topic(check.schema, check.table, -1)
-        registry = self.cfg.schema_registry.url if self.cfg.schema_registry else None
-        yield from readback.read_range(self.kafka, registry, topic, check,
+        yield from readback.read_range(self.kafka, self._registry, topic, check,
                                        self.cfg.transaction_timeout_s, self.target,
                                        self._txn.own_starts(topic, -1))
 

@@ -116,19 +116,11 @@ class BlockTransaction:
         an offset not known yet could lie anywhere."""
         if not self._in_txn or not self.records:
             return {}
-        timeout = self.cfg.transaction_timeout_s
-        try:
-            left = self.producer.flush(timeout)
-        except KafkaException as exc:
-            raise kafka_error(exc.args[0], self.target, "waiting for the block's delivery "
-                              "reports", seqno) from exc
-        except Exception as exc:
-            raise self._broken(exc, "waiting for the block's delivery reports", seqno) from exc
-        if left or self._unconfirmed or self._errors:
+        problem = self._undelivered(seqno)
+        if problem is not None or self._errors:
             # The commit would refuse this block anyway (``_confirm``).
-            raise TransientError(f"{self.target}: the block's records are not all confirmed "
-                                 "by a delivery report with an offset of their own; the "
-                                 "block is applied again", seqno=seqno)
+            raise TransientError(f"{self.target}: {problem or 'a record was not delivered'}; "
+                                 "the block is applied again", seqno=seqno)
         return {where: first for where, first in self._first_offset.items()
                 if where[0] == topic}
 
@@ -168,6 +160,23 @@ class BlockTransaction:
         The commit would publish whatever reached the partitions; a record that librdkafka
         reported delivered without sending it (module doc) would be lost for good, silently.
         """
+        # A failed delivery gives no problem here: librdkafka refuses to commit the
+        # transaction (an abortable error), and commit rolls back naming the first one.
+        problem = self._undelivered(seqno)
+        if problem is None:
+            return
+        log.warning("%s: block ending at seqno %d not committed: %s", self.target, seqno,
+                    problem)
+        self.rollback()
+        raise TransientError(f"{self.target}: {problem}; the Kafka transaction was aborted "
+                             "(nothing of the block was published) and the block is applied "
+                             "again", seqno=seqno)
+
+    def _undelivered(self, seqno: int) -> str | None:
+        """Wait for the delivery report of every record of the open block; what keeps one
+        from counting as written (None: each came with an offset of its own, or a delivery
+        failed: ``self._errors``, which librdkafka's commit refuses by itself). A failed
+        wait rolls the block back."""
         timeout = self.cfg.transaction_timeout_s
         try:
             left = self.producer.flush(timeout)
@@ -179,28 +188,18 @@ class BlockTransaction:
         except Exception as exc:
             raise self._broken(exc, "waiting for the block's delivery reports", seqno) from exc
         if self._errors:
-            # librdkafka refuses to commit a transaction with a failed delivery (an abortable
-            # error): commit rolls back and names the first one, as it always did.
-            return
-        problem = None
+            return None
         if left:
-            problem = f"{left} record(s) still without a delivery report after {timeout:g} s"
-        elif self._unconfirmed:
-            problem = (f"{self._unconfirmed} record(s) reported delivered without an offset of "
-                       f"their own (first: {', '.join(self._unconfirmed_seen)}): librdkafka "
-                       "took them for written because a later request to their partition "
-                       "succeeded, but they never reached it")
-        elif self._acked != self.records:
-            problem = (f"{self.records} record(s) produced, {self._acked} confirmed by a "
-                       "delivery report")
-        if problem is None:
-            return
-        log.warning("%s: block ending at seqno %d not committed: %s", self.target, seqno,
-                    problem)
-        self.rollback()
-        raise TransientError(f"{self.target}: {problem}; the Kafka transaction was aborted "
-                             "(nothing of the block was published) and the block is applied "
-                             "again", seqno=seqno)
+            return f"{left} record(s) still without a delivery report after {timeout:g} s"
+        if self._unconfirmed:
+            return (f"{self._unconfirmed} record(s) reported delivered without an offset of "
+                    f"their own (first: {', '.join(self._unconfirmed_seen)}): librdkafka "
+                    "took them for written because a later request to their partition "
+                    "succeeded, but they never reached it")
+        if self._acked != self.records:
+            return (f"{self.records} record(s) produced, {self._acked} confirmed by a "
+                    "delivery report")
+        return None
 
     def rollback(self) -> None:
         """Abort the open transaction, if any (a producer that cannot abort is dropped)."""
