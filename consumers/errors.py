@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class ConsumerError(Exception):
     """Something stopped a consumer; the message says where (seqno, topic, target)."""
@@ -31,6 +33,19 @@ class DataError(ConsumerError):
     """The target refused this transaction's data: stop at its seqno until an operator acts."""
 
     code = "DATA"
+
+
+def key_changed(target: str, table: str, old: str, new: Sequence[str], seqno: int,
+                holder: str, remove: str) -> DataError:
+    """The error of a store that finds rows by their primary key's values when the source's
+    key changed under rows it holds (``old``: the key they were written by, as far as
+    known; ``holder``: where they are; ``remove``: how to empty it)."""
+    return DataError(
+        f"{target}: the primary key of {table} changed from {old} to ({', '.join(new)}) on "
+        f"the source (seqno {seqno}); the {holder} holds rows found by the old key, which "
+        f"changes by the new key would miss. To repair: {remove}, "
+        f"request the table again (`trepctl provision -table {table}`), then `trepctl "
+        "online` this group", seqno=seqno)
 
 
 class TerminalError(ConsumerError):

@@ -469,11 +469,12 @@ class ElasticsearchApplier:
 
     # -- tables -----------------------------------------------------------------------------
 
-    def _table(self, change: RowChange, specs: list[ColumnSpec], seqno: int) -> TableIndex:
+    def _table(self, change: RowChange, specs: list[ColumnSpec], seqno: int,
+               check_key: bool = True) -> TableIndex:
         key = (change.schema, change.table)
         table = self._tables.get(key)
         if table is None:
-            table = self._open_table(change.schema, change.table, specs, seqno)
+            table = self._open_table(change.schema, change.table, specs, seqno, check_key)
             self._tables[key] = table
         return table
 
@@ -488,7 +489,7 @@ class ElasticsearchApplier:
             raise DataError(f"{self.target}: {exc}{at}", seqno=seqno) from exc
 
     def _open_table(self, schema: str, name: str, specs: list[ColumnSpec],
-                    seqno: int) -> TableIndex:
+                    seqno: int, check_key: bool = True) -> TableIndex:
         alias = self._alias(schema, name, seqno)
         index = alias + TOMBSTONE_SUFFIX if self.tombstones else alias
         if index == self._tracking.index:
@@ -504,7 +505,7 @@ class ElasticsearchApplier:
         table.index_prefix = b'{"index":{"_index":' + quoted + b',"_id":'
         table.delete_prefix = b'{"delete":{"_index":' + quoted + b',"_id":'
         try:
-            self._mappings.create_or_read(table, specs, seqno)
+            self._mappings.create_or_read(table, specs, seqno, check_key)
         except (ApiError, TransportError) as exc:
             self._owners.release(index)
             raise request_error(exc, self.target, f"creating index {index} for table "
@@ -523,18 +524,21 @@ class ElasticsearchApplier:
 
     def _rows(self, change: RowChange, event: ThlEvent) -> None:
         specs = change.column_specs or change.key_specs
-        table = self._table(change, specs, event.seqno)
+        chunk = chunk_of(event)
+        # A table's first provisioned chunk empties its index: no document is left to miss.
+        clearing = chunk is not None and chunk.first and event.fragno == 0 and \
+            (chunk.schema, chunk.table) == (change.schema, change.table)
+        table = self._table(change, specs, event.seqno, check_key=not clearing)
         after_layout = column_layout(change.column_specs) if change.column_specs else None
         before_layout = column_layout(change.key_specs) if change.key_specs else None
         for layout, layout_specs in ((after_layout, change.column_specs),
                                      (before_layout, change.key_specs)):
             if layout is not None and layout not in table.layouts:
-                self._mappings.update(table, layout_specs, event.seqno)
+                self._mappings.update(table, layout_specs, event.seqno,
+                                      check_key=not clearing)
         extra = self._documents.optional_fields(change.schema, change.table, event.seqno,
                                                 event.tstamp)
-        chunk = chunk_of(event)
-        if chunk is not None and chunk.first and event.fragno == 0 and \
-                (chunk.schema, chunk.table) == (change.schema, change.table):
+        if clearing:
             self._clear(table, event, extra, keyed=any(s.primary_key for s in specs))
         zero_dates = self.cfg.zero_dates
         after = table.encoder(change.column_specs, after_layout, zero_dates) \

@@ -26,7 +26,7 @@ from consumers.elasticsearch.types import (
     RowEncoder,
     field_mapping,
 )
-from consumers.errors import DataError, TransientError
+from consumers.errors import DataError, TransientError, key_changed
 from consumers.naming import NameCollision
 from consumers.zero_dates import ZeroDates
 from thl_topics.event import ColumnSpec
@@ -123,9 +123,11 @@ class IndexMappings:
                              "table": table.table, "deletes": self.ctx.cfg.deletes,
                              "columns": list(table.columns.values())}}
 
-    def create_or_read(self, table: TableIndex, specs: list[ColumnSpec], seqno: int) -> None:
+    def create_or_read(self, table: TableIndex, specs: list[ColumnSpec], seqno: int,
+                       check_key: bool = True) -> None:
         """Create the table's index with the mapping of ``specs``, or read the mapping of
-        the index that is there (it must be this table's) and add what it lacks."""
+        the index that is there (it must be this table's) and add what it lacks
+        (``check_key``: as ``update``)."""
         self._check_names(table, specs, seqno)
         properties: dict[str, dict[str, Any]] = {
             **INTERNAL_FIELDS, **{f: DOCUMENT_FIELDS[f] for f in self.ctx.cfg.document_fields},
@@ -173,7 +175,7 @@ class IndexMappings:
         if self.tombstones:
             self.ctx.es.indices.put_alias(index=table.index, name=table.name, filter={
                 "bool": {"must_not": {"term": {DELETED: True}}}})
-        self.update(table, specs, seqno)
+        self.update(table, specs, seqno, check_key)
 
     def _check_names(self, table: TableIndex, specs: list[ColumnSpec], seqno: int) -> None:
         reserved = set(INTERNAL_FIELDS) | set(self.ctx.cfg.document_fields)
@@ -185,11 +187,16 @@ class IndexMappings:
                     f"{seqno}); drop that document field from the target's "
                     "`document_fields`, or rename the column with a filter", seqno=seqno)
 
-    def update(self, table: TableIndex, specs: list[ColumnSpec], seqno: int) -> None:
+    def update(self, table: TableIndex, specs: list[ColumnSpec], seqno: int,
+               check_key: bool = True) -> None:
         """Add new columns to the mapping (and their types to ``_meta``) before the first
         document that has them. An existing field keeps its type: Elasticsearch cannot
-        change it, and refuses documents whose values no longer fit (a data error)."""
+        change it, and refuses documents whose values no longer fit (a data error).
+        ``check_key``: a primary key other than the one ``_meta`` records is a data error
+        while the index holds documents (not while a provisioning chunk empties it)."""
         self._check_names(table, specs, seqno)
+        if check_key:
+            self._check_key(table, specs, seqno)
         new = {s.name: field_mapping(s, self.features) for s in specs
                if s.name not in table.fields}
         columns = {**table.columns, **{s.name: s.to_avro() for s in specs}}
@@ -211,6 +218,26 @@ class IndexMappings:
                          ", ".join(new))
             table.fields |= set(new)
         table.layouts.add(column_layout(specs))
+
+    def _check_key(self, table: TableIndex, specs: list[ColumnSpec], seqno: int) -> None:
+        """Documents are found by ``_id``, made of the primary key's values: after the
+        source's key changed (``ALTER TABLE ... DROP PRIMARY KEY, ADD PRIMARY KEY``), changes
+        by the new key would miss the documents written by the old one and leave them
+        behind, a silent divergence. Stop instead, saying how to repair."""
+        new = [s.name for s in specs if s.primary_key]
+        old = [name for name, c in table.columns.items() if c.get("primary_key")]
+        if not new or not old or set(new) == set(old):
+            return
+        try:
+            # Documents written since the last refresh count too.
+            self.ctx.es.indices.refresh(index=table.index)
+            held = self.ctx.es.count(index=table.index).body.get("count", 0)
+        except (ApiError, TransportError) as exc:
+            raise request_error(exc, self.ctx.target, f"counting the documents of "
+                                f"{table.index}", seqno=seqno) from exc
+        if held:
+            raise key_changed(self.ctx.target, table.qualified, f"({', '.join(old)})", new,
+                              seqno, f"index {table.index}", "delete the index")
 
     def refused(self, table: TableIndex, exc: ApiError, seqno: int) -> DataError:
         body = exc.body if isinstance(exc.body, dict) else {"error": str(exc.body)}

@@ -51,7 +51,7 @@ from pymongo.write_concern import WriteConcern
 
 from consumers.applier import Atomicity, BlockLimits, Capabilities, StatementPolicy
 from consumers.check import CheckRange, CheckResult
-from consumers.errors import TerminalError
+from consumers.errors import TerminalError, key_changed
 from consumers.heartbeat import Heartbeat
 from consumers.mongodb import readback, restructure
 from consumers.mongodb.blocks import (
@@ -76,7 +76,7 @@ from consumers.mongodb.server import (
     use_decimal128,
     use_transactions,
 )
-from consumers.mongodb.types import ID, OP, TypeOptions
+from consumers.mongodb.types import ID, OP, TypeOptions, ValueRefused, thl_value
 from consumers.mongodb.writes import DocumentWriter
 from consumers.naming import NameOwners
 from consumers.position import Position
@@ -134,6 +134,8 @@ class MongoApplier:
         self._keyless: dict[Namespace, list[KeylessOp]] = {}
         #: Collections a provisioned first chunk of the open block empties first.
         self._clears: dict[Namespace, Clear] = {}
+        #: (collection, key columns) whose documents this session found keyed by them.
+        self._keys_seen: set[tuple[Namespace, tuple[str, ...]]] = set()
         self._beats: list[Heartbeat] = []
         self._seqno = -1
         self._seqno64 = Int64(-1)
@@ -179,6 +181,7 @@ class MongoApplier:
                      "Decimal128" if self._layouts.types.decimal128 else "strings")
         self.traits = traits
         self._layouts.clear()
+        self._keys_seen.clear()
         self._layouts.owners.load(self._tracking.names())
         self._marks.clear()
 
@@ -535,6 +538,8 @@ class MongoApplier:
             if change.key_values else None
         layout = after or before
         keyed = layout is not None and bool(layout.key)
+        if keyed and not loose and after is not None:
+            self._check_key(after, change, event)
         for r in range(change.row_count):
             new = change.column_values[r] if after is not None else None
             old = change.key_values[r] if before is not None else None
@@ -544,6 +549,38 @@ class MongoApplier:
                 self._keyless_row(event, layout, after, new, before, old, loose)
         if self.cfg.zero_dates == "null":
             count_zero_dates(self._zeros, f"{change.schema}.{change.table}", change)
+
+    def _check_key(self, layout: Layout, change: RowChange, event: ThlEvent) -> None:
+        """Documents are found by ``_id``, made of the primary key's values: after the
+        source's key changed (``ALTER TABLE ... DROP PRIMARY KEY, ADD PRIMARY KEY``), changes
+        by the new key would miss the documents written by the old one and leave them
+        behind, a silent divergence. Once per collection and key a session, a sample of the
+        documents written before must be found by the key; else stop, saying how to repair
+        (not where a provisioned first chunk empties the collection anyway)."""
+        names = tuple(layout.columns[i] for i in layout.key)
+        if (layout.ns, names) in self._keys_seen or layout.ns in self._clears:
+            return
+        specs = change.column_specs
+        json_text = [self.cfg.is_json(change.schema, change.table, specs[i].name)
+                     for i in layout.key]
+
+        def ident(doc: dict[str, object]) -> object:
+            row: list[ThlValue] = [None] * len(layout.columns)
+            try:
+                for i, j in zip(layout.key, json_text, strict=True):
+                    row[i] = thl_value(specs[i], doc.get(layout.fields[i]), j)
+                return layout.ident(row)
+            except (ValueRefused, ValueError, TypeError):
+                return None  # not this check's to judge: the row's own write will
+
+        coll = self.client[layout.ns.database][layout.ns.collection]
+        fields = [layout.fields[i] for i in layout.key]
+        found = self._mapped(lambda: restructure.unfound(coll, fields, ident, event.seqno),
+                             f"checking the _id of {layout.ns}", event.seqno)
+        if found is not None:
+            raise key_changed(self.target, layout.table, f"what made _id {found!r}", names,
+                              event.seqno, f"collection {layout.ns}", "drop the collection")
+        self._keys_seen.add((layout.ns, names))
 
     def _next(self) -> int:
         self._ordinal += 1

@@ -23,7 +23,7 @@ update with an aggregation pipeline (``{$set: {new: "$old"}}`` is refused: "BSON
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from bson.codec_options import CodecOptions
@@ -148,6 +148,21 @@ def rekey(coll: Collection[RawDoc], old: str, new: str, seqno: int, batch: int) 
         coll.delete_many({ID: {"$in": [d[ID] for d in docs]}})
         moved += len(docs)
     return moved
+
+
+def unfound(coll: Collection[RawDoc], fields: Sequence[str], ident: Callable[[RawDoc], Any],
+            seqno: int, sample: int = 5) -> Any:
+    """The ``_id`` of a document written before ``seqno`` that its ``_id`` made from
+    ``fields`` by ``ident`` would not find (None: the sample found all), ``sample``
+    documents looked at. The server compares the two ``_id`` (numbers of any BSON type by
+    value, as a write's filter would)."""
+    query = _before(seqno, **{f: {"$exists": True} for f in fields})
+    for doc in coll.find(query, limit=sample):
+        made = ident(doc)
+        if made is not None and coll.find_one({"$and": [{ID: doc[ID]}, {ID: made}]},
+                                              {ID: 1}) is None:
+            return doc[ID]
+    return None
 
 
 def rename_field(coll: Collection[RawDoc], old: str, new: str, seqno: int) -> int:

@@ -47,6 +47,13 @@ READY = Table(
 BIG = Table(
     "big", "CREATE TABLE {s}.big (id INT PRIMARY KEY, pad VARCHAR(40)) DEFAULT CHARSET=utf8mb4",
     ("id", "pad"), ("id",))
+#: A table whose primary key the source changes (``ALTER TABLE ... ADD PRIMARY KEY (code)``):
+#: compared by its new key.
+REKEYED = Table(
+    "rekeyed",
+    "CREATE TABLE {s}.rekeyed (id INT NOT NULL PRIMARY KEY, code VARCHAR(10) NOT NULL, "
+    "v INT) DEFAULT CHARSET=utf8mb4",
+    ("id", "code", "v"), ("code",))
 #: Generated (virtual and stored) and invisible columns: the THL carries their values.
 GENERATED = Table(
     "gen",

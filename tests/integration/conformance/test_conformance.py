@@ -34,6 +34,7 @@ from .tables import (
     NOTES,
     ORDERS,
     PARTS,
+    REKEYED,
     TYPES,
     TYPES_ROWS,
     ZERO_DATES,
@@ -324,6 +325,45 @@ def test_schema_changes_evolve_renames_and_drops(conformance: Conformance) -> No
     assert columns is not None and "price" not in columns, columns
     assert svc.compare(replace(GOODS, columns=("id", "label", "qty"))) == {"goods": 5}
     _assert_equal(svc, f"{s}.goods")
+
+
+def test_a_changed_primary_key_is_followed_or_stops_the_group(
+        conformance: Conformance) -> None:
+    """``ALTER TABLE ... DROP PRIMARY KEY, ADD PRIMARY KEY (code)`` between writes: a target
+    that follows it has the source's rows by the new key, a restart included; one that finds
+    rows by the old key's values (document ids, record keys) stops at the first row change
+    by the new key, nothing of it applied, instead of leaving the old rows behind."""
+    svc = conformance
+    svc.start()
+    svc.create(REKEYED)
+    s = svc.schema
+    svc.src(f"INSERT INTO {s}.rekeyed VALUES (1, 'a', 1), (2, 'b', 2), (3, 'c', 3), "
+            "(4, 'd', 4), (5, 'e', 5)",
+            f"UPDATE {s}.rekeyed SET v = 10 WHERE id = 1")
+    svc.src(f"ALTER TABLE {s}.rekeyed DROP PRIMARY KEY, ADD PRIMARY KEY (code)")
+    ddl = svc.wait_source_applied()
+    # A value, a non-key column that was the key, a key move, a delete, and new rows, one
+    # of them with an id the old key held.
+    svc.src(f"UPDATE {s}.rekeyed SET v = 100 WHERE code = 'b'",
+            f"UPDATE {s}.rekeyed SET id = 20 WHERE code = 'c'",
+            f"UPDATE {s}.rekeyed SET code = 'z' WHERE code = 'd'",
+            f"DELETE FROM {s}.rekeyed WHERE code = 'e'",
+            f"INSERT INTO {s}.rekeyed VALUES (6, 'f', 6), (1, 'g', 7)")
+    if svc.kind.key_change_stop is not None:
+        status = svc.wait_state("OFFLINE:ERROR")
+        assert status["pendingErrorSeqno"] == ddl + 1, status
+        assert svc.kind.key_change_stop in status["pendingExceptionMessage"], status
+        assert status["appliedLastSeqno"] == ddl
+        return
+    svc.wait_source_applied()
+    assert svc.compare(REKEYED) == {"rekeyed": 6}
+    svc.stop()
+    svc.start()
+    svc.src(f"UPDATE {s}.rekeyed SET v = 7 WHERE code = 'a'",
+            f"DELETE FROM {s}.rekeyed WHERE code = 'g'",
+            f"INSERT INTO {s}.rekeyed VALUES (2, 'h', 8)")
+    svc.wait_source_applied()
+    assert svc.compare(REKEYED) == {"rekeyed": 6}
 
 
 def test_foreign_key_cascades_reach_every_target(conformance: Conformance) -> None:

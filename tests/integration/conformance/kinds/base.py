@@ -48,6 +48,10 @@ class Kind(abc.ABC):
     #: larger one stops the group with a data error that names table, column, seqno, size
     #: and what would help.
     max_row_bytes: int | None = None
+    #: What a primary key changed on the source does: None, the target follows it (rows
+    #: found by the new key); else the group stops at the first row change by the new key
+    #: (rather than miss the rows written by the old one), with this in its error.
+    key_change_stop: str | None = None
 
     def __init__(self, servers: dict[str, Service]) -> None:
         self.servers_up = servers

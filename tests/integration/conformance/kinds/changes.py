@@ -66,6 +66,7 @@ class ChangesKind(Kind):
     down: str | None = "apicurio"
     keyless = True
     replay_safe = True
+    key_change_stop: str | None = "incompatible"
     envelope = "debezium"
     format = "avro"
 

@@ -174,6 +174,7 @@ def expected(table: str, column: str, value: Any) -> Any:
 class MongoDBKind(Kind):
     name = "mongodb"
     max_row_bytes = 16 * 1024 * 1024  # BSON
+    key_change_stop = "the primary key of"
     servers = ("ferretdb",)
     down = "ferretdb"
     keyless = True

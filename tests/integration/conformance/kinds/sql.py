@@ -86,6 +86,7 @@ class PostgreSQLKind(Kind):
     name = "postgresql"
     servers = ("postgresql",)
     down = "postgresql"
+    key_change_stop = "duplicate key"
 
     @property
     def port(self) -> int:
