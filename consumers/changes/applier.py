@@ -186,7 +186,7 @@ class ChangesApplier:
     def apply(self, event: ThlEvent) -> None:
         if not self._txn.is_open:
             raise RuntimeError("no open block: begin() first")
-        self._records.add(event)
+        self._records.add(event, self._live_rows)
         self._txn.poll()
         for item in event.data:
             if isinstance(item, RowChange):

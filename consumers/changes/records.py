@@ -201,8 +201,9 @@ class RecordWriter:
         log.info("%s: %s at seqno %d: %d row(s) re-published to %s", self.target,
                  change.describe(), event.seqno, len(rows), moved.shape.topic)
 
-    def add(self, event: ThlEvent) -> None:
-        """The records of one event's row changes, produced into the open transaction."""
+    def add(self, event: ThlEvent, live_rows: LiveRows) -> None:
+        """The records of one event's row changes, produced into the open transaction
+        (``live_rows``: where a table's primary key changed, ``_follow_key``)."""
         origin = self._origin(event)
         now_us = time.time_ns() // 1000
         # A provisioned chunk's rows are reads of existing rows: Debezium's snapshot op.
@@ -219,12 +220,51 @@ class RecordWriter:
                     if not table.keyed:
                         self._truncate(table, origin, now_us)
                     truncate = None
+                self._follow_key(item, origin, now_us, live_rows)
                 self._rows(item, origin, now_us, create)
         if truncate is not None:
             # An empty table: the layout its topic was last written with, if any.
             known = self.known(*truncate, event.seqno)
             if known is not None and not known.keyed:
                 self._truncate(known, origin, now_us)
+
+    def _follow_key(self, change: RowChange, origin: Origin, now_us: int,
+                    live_rows: LiveRows) -> None:
+        """A primary key changed on the source (``ALTER TABLE ... DROP PRIMARY KEY, ADD
+        PRIMARY KEY``) shows first in a row change's key flags. The topic's readers hold
+        rows by the old key, which records by the new key would never replace: they forget
+        them (a delete, and tombstone, per old key) and get them again by the new key
+        (reads, op ``r``), before the change's own records."""
+        specs = change.column_specs or change.key_specs
+        new_key = {s.name for s in specs if s.primary_key}
+        schema, name, seqno = change.schema, change.table, origin.seqno
+        if not new_key or _layout(schema, name, specs) in self._tables:
+            return
+        old = self.known(schema, name, seqno)
+        if old is None or not old.keyed:
+            return
+        old_key = [s.name for s in old.specs if s.primary_key]
+        if set(old_key) == new_key:
+            return
+        lacking = sorted(new_key - {s.name for s in old.specs})
+        if lacking:
+            raise DataError(
+                f"{self.target}: the primary key of {schema}.{name} changed from "
+                f"({', '.join(old_key)}) to columns the rows of {old.shape.topic} lack "
+                f"({', '.join(lacking)}) at seqno {seqno}: their values were set on the "
+                "source without row events. Delete the topic, request the table again "
+                f"(`trepctl provision -table {schema}.{name}`), then `trepctl online` this "
+                "group", seqno=seqno)
+        rekeyed = [replace(s, primary_key=s.name in new_key) for s in old.specs]
+        moved = self._table(schema, name, rekeyed, seqno)
+        rows = self._forget(old, origin, now_us, live_rows)
+        if rows:
+            self._rows(RowChange(RowAction.INSERT, schema, name, rekeyed, [], rows, []),
+                       origin, now_us, "r")
+        log.info("%s: the primary key of %s.%s changed from (%s) to (%s) at seqno %d: %d "
+                 "row(s) re-published by the new key to %s", self.target, schema, name,
+                 ", ".join(old_key), ", ".join(s.name for s in rekeyed if s.primary_key),
+                 seqno, len(rows), moved.shape.topic)
 
     def _truncate(self, table: _Table, origin: Origin, now_us: int) -> None:
         """A truncate record (Debezium op ``t``, Tungsten ``_optype: TRUNCATE``) in every

@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TypeVar
 
 from bson.int64 import Int64
@@ -94,6 +95,18 @@ _T = TypeVar("_T")
 FERRETDB_UPDATES = 50
 
 
+
+@dataclass(frozen=True)
+class _KeyCheck:
+    """A collection's key to look at (``MongoApplier._check_key``): the layout of the first
+    row by it in the block, that row's column specs, which key columns are JSON text, and
+    its seqno."""
+
+    layout: Layout
+    specs: list[ColumnSpec]
+    json_text: list[bool]
+    seqno: int
+
 class MongoApplier:
     """Applies THL events to one MongoDB deployment (or MongoDB-wire server)."""
 
@@ -136,6 +149,8 @@ class MongoApplier:
         self._clears: dict[Namespace, Clear] = {}
         #: (collection, key columns) whose documents this session found keyed by them.
         self._keys_seen: set[tuple[Namespace, tuple[str, ...]]] = set()
+        #: Keys of the open block to look at before its writes go out (``_check_key``).
+        self._key_checks: dict[tuple[Namespace, tuple[str, ...]], _KeyCheck] = {}
         self._beats: list[Heartbeat] = []
         self._seqno = -1
         self._seqno64 = Int64(-1)
@@ -208,6 +223,7 @@ class MongoApplier:
 
     def begin(self) -> None:
         self._open = True
+        self._key_checks = {}
         self._writes = KeyedWrites()
         self._keyless = {}
         self._clears = {}
@@ -220,6 +236,7 @@ class MongoApplier:
         except Exception as exc:  # the block is abandoned anyway; rollback never raises
             log.debug("%s: abandoned write: %s", self.target, exc)
         self._open = False
+        self._key_checks = {}
         self._writes = KeyedWrites()
         self._keyless = {}
         self._clears = {}
@@ -422,6 +439,7 @@ class MongoApplier:
         commit, with the seqno of the write.
         """
         self._mapped(self._wait, "writing ahead")
+        self._check_keys()
         writes, keyless, clears = self._writes, self._keyless, self._clears
         self._writes, self._keyless, self._clears = KeyedWrites(), {}, {}
         if self._writer is None:
@@ -478,6 +496,7 @@ class MongoApplier:
         try:
             self._mapped(self._wait, f"committing up to seqno {position.seqno}",
                          position.seqno)
+            self._check_keys()
             if self._transactions:
                 self._commit_in_transaction(position)
             else:
@@ -539,7 +558,7 @@ class MongoApplier:
         layout = after or before
         keyed = layout is not None and bool(layout.key)
         if keyed and not loose and after is not None:
-            self._check_key(after, change, event)
+            self._note_key(after, change, event)
         for r in range(change.row_count):
             new = change.column_values[r] if after is not None else None
             old = change.key_values[r] if before is not None else None
@@ -550,24 +569,37 @@ class MongoApplier:
         if self.cfg.zero_dates == "null":
             count_zero_dates(self._zeros, f"{change.schema}.{change.table}", change)
 
-    def _check_key(self, layout: Layout, change: RowChange, event: ThlEvent) -> None:
+    def _note_key(self, layout: Layout, change: RowChange, event: ThlEvent) -> None:
+        """A key to look at before the block's writes go out (``_check_key``), once per
+        collection and key a session."""
+        names = tuple(layout.columns[i] for i in layout.key)
+        mark = (layout.ns, names)
+        if mark in self._keys_seen or mark in self._key_checks or layout.ns in self._clears:
+            return
+        self._key_checks[mark] = _KeyCheck(layout, change.column_specs, [
+            self.cfg.is_json(change.schema, change.table, change.column_specs[i].name)
+            for i in layout.key], event.seqno)
+
+    def _check_keys(self) -> None:
         """Documents are found by ``_id``, made of the primary key's values: after the
         source's key changed (``ALTER TABLE ... DROP PRIMARY KEY, ADD PRIMARY KEY``), changes
         by the new key would miss the documents written by the old one and leave them
-        behind, a silent divergence. Once per collection and key a session, a sample of the
-        documents written before must be found by the key; else stop, saying how to repair
-        (not where a provisioned first chunk empties the collection anyway)."""
-        names = tuple(layout.columns[i] for i in layout.key)
-        if (layout.ns, names) in self._keys_seen or layout.ns in self._clears:
-            return
-        specs = change.column_specs
-        json_text = [self.cfg.is_json(change.schema, change.table, specs[i].name)
-                     for i in layout.key]
+        behind, a silent divergence. So a sample of the documents written before a
+        collection's first row of a key this session must be found by that key; else stop,
+        saying how to repair (not where a provisioned first chunk empties the collection)."""
+        checks, self._key_checks = self._key_checks, {}
+        for mark, check in checks.items():
+            if check.layout.ns not in self._clears:
+                self._check_key(check)
+            self._keys_seen.add(mark)
+
+    def _check_key(self, check: _KeyCheck) -> None:
+        layout, specs = check.layout, check.specs
 
         def ident(doc: dict[str, object]) -> object:
             row: list[ThlValue] = [None] * len(layout.columns)
             try:
-                for i, j in zip(layout.key, json_text, strict=True):
+                for i, j in zip(layout.key, check.json_text, strict=True):
                     row[i] = thl_value(specs[i], doc.get(layout.fields[i]), j)
                 return layout.ident(row)
             except (ValueRefused, ValueError, TypeError):
@@ -575,12 +607,12 @@ class MongoApplier:
 
         coll = self.client[layout.ns.database][layout.ns.collection]
         fields = [layout.fields[i] for i in layout.key]
-        found = self._mapped(lambda: restructure.unfound(coll, fields, ident, event.seqno),
-                             f"checking the _id of {layout.ns}", event.seqno)
+        found = self._mapped(lambda: restructure.unfound(coll, fields, ident, check.seqno),
+                             f"checking the _id of {layout.ns}", check.seqno)
         if found is not None:
-            raise key_changed(self.target, layout.table, f"what made _id {found!r}", names,
-                              event.seqno, f"collection {layout.ns}", "drop the collection")
-        self._keys_seen.add((layout.ns, names))
+            raise key_changed(self.target, layout.table, f"what made _id {found!r}",
+                              [layout.columns[i] for i in layout.key], check.seqno,
+                              f"collection {layout.ns}", "drop the collection")
 
     def _next(self) -> int:
         self._ordinal += 1

@@ -249,6 +249,18 @@ def rename_column(table: sa.Table, old: str, new: str, dialect: Dialect) -> list
             f"{quote(new)}"]
 
 
+def change_primary_key(table: sa.Table, constraint: str | None, columns: Sequence[str],
+                       dialect: Dialect) -> list[Ddl]:
+    """The primary key made of ``columns`` instead of the one named ``constraint`` (None:
+    the table has none): a key changed on the source."""
+    name, quote = _table_name(table, dialect), dialect.identifier_preparer.quote
+    add = f"ADD PRIMARY KEY ({', '.join(quote(c) for c in columns)})"
+    if dialect.name in ("mysql", "mariadb"):
+        return [f"ALTER TABLE {name} " + ("DROP PRIMARY KEY, " if constraint else "") + add]
+    drop = [f"ALTER TABLE {name} DROP CONSTRAINT {quote(constraint)}"] if constraint else []
+    return [*drop, f"ALTER TABLE {name} {add}"]
+
+
 def allow_null(table: sa.Table, column: str, dialect: Dialect) -> list[Ddl]:
     """Make a column nullable (a column kept after the source renamed or dropped it)."""
     name, quoted = _table_name(table, dialect), dialect.identifier_preparer.quote(column)

@@ -283,7 +283,8 @@ class TargetTables:
         keeps its wider column (a stop with ``exception``, or where the old type does not
         hold every new value, e.g. signed to unsigned).
         """
-        layout = tuple((s.name, s.type.upper(), s.length, s.scale, s.unsigned) for s in specs)
+        layout = tuple((s.name, s.type.upper(), s.length, s.scale, s.unsigned, s.primary_key)
+                       for s in specs)
         if layout in found.checked:
             return found
         where = found.qualified
@@ -296,6 +297,7 @@ class TargetTables:
         except UnmappedType as exc:
             raise DataError(f"{self.ctx.target}: cannot evolve {where} for seqno {seqno}: {exc}",
                             seqno=seqno) from exc
+        statements += self._key_change(found, specs, table, seqno)
         if statements:
             self._run_ddl(statements, where, seqno)
             log.info("%s: %s follows the source at seqno %d: %s", self.ctx.target, where, seqno,
@@ -307,6 +309,37 @@ class TargetTables:
             found = self._reflected(found.schema or "", found.name, found.aliases, seqno)
         found.checked.add(layout)
         return found
+
+    def _key_change(self, found: TargetTable, specs: Sequence[ColumnSpec], table: sa.Table,
+                    seqno: int) -> list[ddl.Ddl]:
+        """The DDL that gives the table the row image's primary key where the source's key
+        changed (``ALTER TABLE ... DROP PRIMARY KEY, ADD PRIMARY KEY``, which has no row
+        events): rows are found by the new key either way, but the old key's constraint
+        would refuse a new row that repeats an old key value. A table without a primary
+        key on the target (made by hand) is left as it is; ``exception`` stops."""
+        new = [s.name for s in specs if s.primary_key]
+        if not new:
+            return []
+        shape = found.shape = found.shape or self._shape(found)
+        if not shape.primary_key or set(shape.primary_key) == set(new):
+            return []
+        where = found.qualified
+        if self.schema_changes == "exception":
+            raise DataError(
+                f"{self.ctx.target}: the primary key of {where} is ({', '.join(shape.primary_key)})"
+                f" and the row image of seqno {seqno} has ({', '.join(new)}): the key changed on "
+                "the source; schema_changes: exception stops at every schema change. Change "
+                "the key on the target, then put the group online", seqno=seqno)
+        try:
+            constraint = sa.inspect(self.ctx.db).get_pk_constraint(
+                exact(found.name), schema=exact(found.schema)).get("name")
+        except sa_exc.DBAPIError as exc:
+            raise self.ctx.classify(exc, f"reading the primary key of {where}") from exc
+        log.info("%s: the primary key of %s changed on the source from (%s) to (%s) at seqno "
+                 "%d", self.ctx.target, where, ", ".join(shape.primary_key), ", ".join(new),
+                 seqno)
+        return ddl.change_primary_key(table, constraint, [found.aliases.get(n, n) for n in new],
+                                      self.ctx.db.dialect)
 
     def _dropped(self, found: TargetTable, dropped: list[str], table: sa.Table, seqno: int
                  ) -> list[ddl.Ddl]:

@@ -53,6 +53,13 @@ class Kind(abc.ABC):
     #: (rather than miss the rows written by the old one), with this in its error.
     key_change_stop: str | None = None
 
+    def repair_key_change(self, schema: str, service: str, table: Table) -> bool:
+        """After the group stopped at ``table``'s changed primary key, do what its message
+        says on the target; True: the table is to be provisioned again (default: its
+        target emptied), False: the group follows the key by itself once online."""
+        self.empty(schema, [table])
+        return True
+
     def __init__(self, servers: dict[str, Service]) -> None:
         self.servers_up = servers
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from consumers.changes.readback import ChangeReader, materialize
 from consumers.changes.records import ROW_HEADER, SEQNO_HEADER
@@ -82,6 +83,14 @@ class ChangesKind(Kind):
     def registry_url(self) -> str | None:
         registry = self.servers_up.get("apicurio")
         return getattr(registry, "ccompat_url", None)
+
+    def repair_key_change(self, schema: str, service: str, table: Table) -> bool:
+        """The registry refused the new key schema: the key subject takes any schema (the
+        message's "change the subject's compatibility"); the group then re-publishes the
+        rows by the new key itself."""
+        client = SchemaRegistryClient({"url": self.registry_url})
+        client.set_compatibility(f"{service}.{schema}.{table.name}-key", "NONE")
+        return False
 
     def target(self, service: str) -> dict[str, Any]:
         self.service = service
@@ -205,6 +214,8 @@ class ChangesJsonKind(ChangesKind):
     down = "kafka"
     envelope = "tungsten"
     format = "json"
+    #: No registry to refuse the new key schema: the topic follows the key.
+    key_change_stop = None
 
     def server(self) -> Service:
         return _RecoveredKafka(self.servers_up["kafka"])  # type: ignore[return-value]

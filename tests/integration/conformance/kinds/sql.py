@@ -86,7 +86,6 @@ class PostgreSQLKind(Kind):
     name = "postgresql"
     servers = ("postgresql",)
     down = "postgresql"
-    key_change_stop = "duplicate key"
 
     @property
     def port(self) -> int:
