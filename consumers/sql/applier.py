@@ -59,7 +59,7 @@ from consumers.heartbeat import Heartbeat
 from consumers.position import Position
 from consumers.provisioning import chunk_of, idempotent_tables
 from consumers.registry import ApplierContext
-from consumers.sql import ddl, readback
+from consumers.sql import abandoned, ddl, readback
 from consumers.sql.batches import BatchWriter, InFlight, Queued
 from consumers.sql.config import MYSQL_FAMILY, SqlTarget
 from consumers.sql.context import TargetContext
@@ -125,6 +125,8 @@ class SqlApplier:
         self._restructure = Restructurer(target, self._tables, self._run_ddl, self._classify)
         self._engine: sa.Engine | None = None
         self._conn: sa.Connection | None = None
+        #: Server sessions dropped with a round trip's answers unread (``abandoned``).
+        self._abandoned: set[int] = set()
         self._txn: sa.RootTransaction | None = None
         #: When the connection kept between blocks was last used (monotonic seconds).
         self._released = 0.0
@@ -226,7 +228,20 @@ class SqlApplier:
         return {}
 
     def position(self) -> Position | None:
+        self._wait_abandoned()
         return self._positions.read(self._eng)
+
+    def _wait_abandoned(self) -> None:
+        """The sessions dropped with answers unread have ended: the stored position is
+        final (``abandoned``)."""
+        while self._abandoned:
+            session = next(iter(self._abandoned))
+            try:
+                abandoned.wait_gone(self._eng, self.dialect, session, self.target)
+            except sa_exc.DBAPIError as exc:
+                raise self._classify(exc, f"waiting for dropped session {session}") from exc
+            log.debug("%s: dropped session %d has ended", self.target, session)
+            self._abandoned.discard(session)
 
     def reset(self) -> None:
         """Forget the group's position: every channel's row of trep_commit_seqno."""
@@ -584,7 +599,11 @@ class SqlApplier:
                 pending.carries.outcome = self._unknown(pending.carries)
             if self._conn is not None:
                 # Its answers are unread: the connection cannot serve again. Dropped, the
-                # server rolls the block back.
+                # server rolls the block back, once it has worked through what was sent
+                # (``abandoned``: the position is read after that).
+                dropped = abandoned.session_id(self._conn, self.dialect)
+                if dropped is not None:
+                    self._abandoned.add(dropped)
                 try:
                     self._conn.invalidate()
                 except sa_exc.SQLAlchemyError as exc:
