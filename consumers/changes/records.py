@@ -238,14 +238,24 @@ class RecordWriter:
         specs = change.column_specs or change.key_specs
         new_key = {s.name for s in specs if s.primary_key}
         schema, name, seqno = change.schema, change.table, origin.seqno
-        if not new_key or _layout(schema, name, specs) in self._tables:
+        if _layout(schema, name, specs) in self._tables:
             return
         old = self.known(schema, name, seqno)
-        if old is None or not old.keyed:
+        if old is None:
             return
         old_key = [s.name for s in old.specs if s.primary_key]
         if set(old_key) == new_key:
             return
+        if not old.keyed or not new_key:
+            # A compacted topic keyed by the rows' keys cannot take keyless records (the
+            # broker refuses them), and a keyless topic's records have no key to replace.
+            raise DataError(
+                f"{self.target}: the table {schema}.{name} "
+                + (f"lost its primary key ({', '.join(old_key)})" if old.keyed
+                   else f"gained a primary key ({', '.join(sorted(new_key))})")
+                + f" on the source at seqno {seqno}; the records of {old.shape.topic} are "
+                "not made for that, and this group does not follow such a change yet (see "
+                "docs/schema-changes.md, primary key gained or lost)", seqno=seqno)
         lacking = sorted(new_key - {s.name for s in old.specs})
         if lacking:
             raise DataError(

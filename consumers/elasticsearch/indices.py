@@ -226,8 +226,8 @@ class IndexMappings:
         behind, a silent divergence. Stop instead, saying how to repair."""
         new = [s.name for s in specs if s.primary_key]
         old = [name for name, c in table.columns.items() if c.get("primary_key")]
-        if not new or not old or set(new) == set(old):
-            return
+        if set(new) == set(old) or not table.columns:
+            return  # a keyless table gaining a key, or a keyed one losing it, counts too
         try:
             # Documents written since the last refresh count too.
             self.ctx.es.indices.refresh(index=table.index)

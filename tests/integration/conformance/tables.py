@@ -54,6 +54,11 @@ REKEYED = Table(
     "CREATE TABLE {s}.rekeyed (id INT NOT NULL PRIMARY KEY, code VARCHAR(10) NOT NULL, "
     "v INT) DEFAULT CHARSET=utf8mb4",
     ("id", "code", "v"), ("code",))
+#: A keyless table that gains a primary key, and a keyed one that loses it.
+GAINS_KEY = Table("gains_key", "CREATE TABLE {s}.gains_key (a INT NOT NULL, b VARCHAR(10)) "
+                  "DEFAULT CHARSET=utf8mb4", ("a", "b"), ("a",))
+LOSES_KEY = Table("loses_key", "CREATE TABLE {s}.loses_key (a INT NOT NULL PRIMARY KEY, "
+                  "b VARCHAR(10)) DEFAULT CHARSET=utf8mb4", ("a", "b"), ())
 #: Generated (virtual and stored) and invisible columns: the THL carries their values.
 GENERATED = Table(
     "gen",

@@ -12,6 +12,8 @@ import time
 from dataclasses import replace
 from decimal import Decimal
 
+import pytest
+
 from replicator.crashpoints import EXIT_STATUS
 from thl_topics.reader import ThlReader
 from thl_topics.values import incomplete_date
@@ -25,11 +27,13 @@ from .tables import (
     BIG,
     BLOBS,
     COMPOSITE,
+    GAINS_KEY,
     GENERATED,
     GOODS,
     HOSTILE,
     ITEMS,
     LINES,
+    LOSES_KEY,
     NOPK,
     NOTES,
     ORDERS,
@@ -38,6 +42,7 @@ from .tables import (
     TYPES,
     TYPES_ROWS,
     ZERO_DATES,
+    Table,
     mysql_columns,
 )
 
@@ -373,6 +378,38 @@ def test_a_changed_primary_key_is_followed_or_stops_the_group(
             f"INSERT INTO {s}.rekeyed VALUES (2, 'h', 8)")
     svc.wait_source_applied()
     assert svc.compare(REKEYED) == {"rekeyed": 6}
+
+
+@pytest.mark.parametrize("table", [GAINS_KEY, LOSES_KEY], ids=["gains", "loses"])
+def test_a_key_gained_or_lost_is_followed_or_stops_the_group(
+        conformance: Conformance, table: Table) -> None:
+    """``ALTER TABLE ... ADD PRIMARY KEY (a)`` on a keyless table, ``DROP PRIMARY KEY`` on
+    a keyed one, between writes: the target follows (equal row by row) or the group stops
+    at the first row change after it, nothing of it applied, with a message that says why
+    (a kind that refuses keyless tables stops at the first keyless row)."""
+    svc = conformance
+    svc.start()
+    svc.create(table)
+    s, name = svc.schema, table.name
+    gains = table is GAINS_KEY
+    svc.src(f"INSERT INTO {s}.{name} VALUES (1, 'x'), (2, 'y'), (3, 'z')")
+    if gains and not svc.kind.keyless:
+        assert "has no primary key" in svc.wait_state("OFFLINE:ERROR")["pendingExceptionMessage"]
+        return
+    svc.src(f"ALTER TABLE {s}.{name} " + ("ADD PRIMARY KEY (a)" if gains else "DROP PRIMARY KEY"))
+    ddl = svc.wait_source_applied()
+    svc.src(f"UPDATE {s}.{name} SET b = 'yy' WHERE a = 2", f"DELETE FROM {s}.{name} WHERE a = 3",
+            f"INSERT INTO {s}.{name} VALUES ({4 if gains else 1}, 'w')")
+    stop = svc.kind.key_gained_stop if gains else \
+        svc.kind.key_lost_stop if svc.kind.keyless else "has no primary key"
+    if stop is not None:
+        status = svc.wait_state("OFFLINE:ERROR")
+        assert status["pendingErrorSeqno"] == ddl + 1, status
+        assert stop in status["pendingExceptionMessage"], status
+        assert status["appliedLastSeqno"] == ddl
+        return
+    svc.wait_source_applied()
+    assert svc.compare(table) == {name: 3}
 
 
 def test_foreign_key_cascades_reach_every_target(conformance: Conformance) -> None:

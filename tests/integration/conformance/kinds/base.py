@@ -52,6 +52,9 @@ class Kind(abc.ABC):
     #: found by the new key); else the group stops at the first row change by the new key
     #: (rather than miss the rows written by the old one), with this in its error.
     key_change_stop: str | None = None
+    #: The same for a keyless table gaining a primary key, and a keyed one losing it.
+    key_gained_stop: str | None = None
+    key_lost_stop: str | None = None
 
     def repair_key_change(self, schema: str, service: str, table: Table) -> bool:
         """After the group stopped at ``table``'s changed primary key, do what its message

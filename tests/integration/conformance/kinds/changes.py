@@ -68,6 +68,8 @@ class ChangesKind(Kind):
     keyless = True
     replay_safe = True
     key_change_stop: str | None = "incompatible"
+    key_gained_stop: str | None = "gained a primary key"
+    key_lost_stop: str | None = "lost its primary key"
     envelope = "debezium"
     format = "avro"
 

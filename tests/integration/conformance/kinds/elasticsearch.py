@@ -50,6 +50,7 @@ class ElasticsearchKind(Kind):
     #: The stack's 512 MiB heap: indexing pressure refuses requests above 51 MiB.
     max_row_bytes = 51 * 1024 * 1024
     key_change_stop = "the primary key of"
+    key_gained_stop = key_lost_stop = "the primary key of"
     servers = ("elasticsearch",)
     down = "elasticsearch"
     keyless = True

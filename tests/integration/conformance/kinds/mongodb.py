@@ -175,6 +175,7 @@ class MongoDBKind(Kind):
     name = "mongodb"
     max_row_bytes = 16 * 1024 * 1024  # BSON
     key_change_stop = "the primary key of"
+    key_gained_stop = "the primary key of"
     servers = ("ferretdb",)
     down = "ferretdb"
     keyless = True

@@ -86,6 +86,8 @@ class PostgreSQLKind(Kind):
     name = "postgresql"
     servers = ("postgresql",)
     down = "postgresql"
+    #: The target keeps its key; a new row repeating a value of it is refused.
+    key_lost_stop = "duplicate key"
 
     @property
     def port(self) -> int:
