@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.dialects import oracle, postgresql
+from sqlalchemy.dialects import mysql, oracle, postgresql
 
 from consumers.sql.ddl import (
     Change,
     SourceType,
     add_column,
+    change_primary_key,
     compare,
     create_statements,
     ddl_text,
@@ -84,6 +85,20 @@ def test_columns_take_their_target_names() -> None:
     assert '"' not in create.split("(", 1)[1].split()[0]  # an unquoted plain identifier
     assert "c" * 54 + "_12345678 INTEGER NOT NULL" in create
     assert "PRIMARY KEY (" + "c" * 54 + "_12345678)" in create
+
+
+def test_a_changed_primary_key_drops_the_old_constraint_and_adds_the_new() -> None:
+    table = new_table('sch"ema', "t", [], PG)
+    assert ddl_text(change_primary_key(table, "t_pkey", ["co de", "id"], PG), PG) == [
+        'ALTER TABLE "sch""ema"."t" DROP CONSTRAINT t_pkey',
+        'ALTER TABLE "sch""ema"."t" ADD PRIMARY KEY ("co de", id)']
+    assert ddl_text(change_primary_key(new_table("S", "t", [], ORA), None, ["c"], ORA),
+                    ORA) == ['ALTER TABLE "S"."t" ADD PRIMARY KEY (c)']
+    mariadb = mysql.dialect()
+    mariadb.name = "mariadb"
+    assert ddl_text(change_primary_key(new_table("s", "t", [], mariadb), "PRIMARY", ["c"],
+                                       mariadb), mariadb) == [
+        "ALTER TABLE `s`.`t` DROP PRIMARY KEY, ADD PRIMARY KEY (c)"]
 
 
 def test_add_and_widen_columns() -> None:
