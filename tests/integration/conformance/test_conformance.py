@@ -753,15 +753,19 @@ def test_xa_transactions_as_committed(conformance: Conformance) -> None:
             conn.close()  # a prepared XA transaction outlives its session
 
     row = "INSERT INTO {s}.items VALUES ({i}, 'xa {i}', {i}, 0.25)"
-    session("XA START 'c1'", *(row.format(s=s, i=i) for i in range(1, 6)),
-            f"UPDATE {s}.items SET qty = 0 WHERE id = 1", "XA END 'c1'", "XA PREPARE 'c1'")
+    # XIDs are the server's, not the session's: the kinds run this test side by side on
+    # the one source (the same XIDs in two of them: XAER_DUPID, seen in CI).
+    c1, r1, o1 = (f"'{x}_{svc.name}'" for x in ("c1", "r1", "o1"))
+    session(f"XA START {c1}", *(row.format(s=s, i=i) for i in range(1, 6)),
+            f"UPDATE {s}.items SET qty = 0 WHERE id = 1", f"XA END {c1}", f"XA PREPARE {c1}")
     _items(svc, 10, 3)
-    session("XA START 'r1'", *(row.format(s=s, i=i) for i in range(20, 23)),
+    session(f"XA START {r1}", *(row.format(s=s, i=i) for i in range(20, 23)),
             f"UPDATE {s}.items SET name = 'rolled back' WHERE id = 10",
-            "XA END 'r1'", "XA PREPARE 'r1'")
-    session("XA START 'o1'", row.format(s=s, i=30), "XA END 'o1'", "XA COMMIT 'o1' ONE PHASE")
-    xa_decide(svc.source.port, "XA ROLLBACK 'r1'")  # sessions of their own, as session()
-    xa_decide(svc.source.port, "XA COMMIT 'c1'")
+            f"XA END {r1}", f"XA PREPARE {r1}")
+    session(f"XA START {o1}", row.format(s=s, i=30), f"XA END {o1}",
+            f"XA COMMIT {o1} ONE PHASE")
+    xa_decide(svc.source.port, f"XA ROLLBACK {r1}")  # sessions of their own, as session()
+    xa_decide(svc.source.port, f"XA COMMIT {c1}")
     svc.wait_source_applied()
     assert svc.compare(ITEMS) == {"items": 9}
 
