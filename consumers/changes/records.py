@@ -220,8 +220,7 @@ class RecordWriter:
                     if not table.keyed:
                         self._truncate(table, origin, now_us)
                     truncate = None
-                self._follow_key(item, origin, now_us, live_rows)
-                self._rows(item, origin, now_us, create)
+                self._rows(item, origin, now_us, create, live_rows)
         if truncate is not None:
             # An empty table: the layout its topic was last written with, if any.
             known = self.known(*truncate, event.seqno)
@@ -234,12 +233,11 @@ class RecordWriter:
         PRIMARY KEY``) shows first in a row change's key flags. The topic's readers hold
         rows by the old key, which records by the new key would never replace: they forget
         them (a delete, and tombstone, per old key) and get them again by the new key
-        (reads, op ``r``), before the change's own records."""
+        (reads, op ``r``), before the change's own records. Asked by ``_table`` for a
+        layout this process has not written yet."""
         specs = change.column_specs or change.key_specs
         new_key = {s.name for s in specs if s.primary_key}
         schema, name, seqno = change.schema, change.table, origin.seqno
-        if _layout(schema, name, specs) in self._tables:
-            return
         old = self.known(schema, name, seqno)
         if old is None:
             return
@@ -297,15 +295,21 @@ class RecordWriter:
                  origin.seqno)
 
     def _table(self, schema: str, name: str, specs: Sequence[ColumnSpec], seqno: int,
-               recorded: bool = False) -> _Table:
+               recorded: bool = False, first: Callable[[], None] | None = None) -> _Table:
         """The table's writers for this layout (``recorded``: the layouts topic has it
-        already, else it is written there in the open transaction)."""
+        already, else it is written there in the open transaction; ``first``: called before
+        a layout this process has not met is made)."""
         layout = _layout(schema, name, specs)
         found = self._tables.get(layout)
         if found is not None:
             # A cheap set lookup, except after a reconnect: a topic may have been deleted.
             self._ensure(found.shape.topic, found.keyed, seqno)
             return found
+        if first is not None:
+            first()
+            found = self._tables.get(layout)  # made by it (a key followed): as above
+            if found is not None:
+                return found
         topic = self.names.topic(schema, name, seqno)
         try:
             shape = Shape.of(topic, schema, name, specs, self.serde.avro)
@@ -325,10 +329,14 @@ class RecordWriter:
             raise TransientError(f"{self.target}: not connected")
         self.topics.ensure(topic, keyed=keyed, seqno=seqno)
 
-    def _rows(self, change: RowChange, origin: Origin, now_us: int, create: Op = "c"
-              ) -> None:
+    def _rows(self, change: RowChange, origin: Origin, now_us: int, create: Op = "c",
+              live_rows: LiveRows | None = None) -> None:
+        """The records of a row change (``live_rows``: a source row change, whose new layout
+        may show a changed primary key, ``_follow_key``)."""
         specs = change.column_specs or change.key_specs
-        table = self._table(change.schema, change.table, specs, origin.seqno)
+        first = None if live_rows is None else \
+            (lambda: self._follow_key(change, origin, now_us, live_rows))
+        table = self._table(change.schema, change.table, specs, origin.seqno, first=first)
         shape = table.shape
         converts = [t.convert for t in shape.types]
         before_index = _remap(specs, change.key_specs) if change.key_values else None
