@@ -46,6 +46,7 @@ from consumers.sql._collapse import Picker, TableChanges
 from consumers.sql.collapse import Image, Key, KeyOf
 from consumers.sql.config import MYSQL_FAMILY
 from consumers.sql.context import TargetContext
+from consumers.sql.mysqlwire import read_first_answer, send_query
 from consumers.sql.positions import SqlTracking
 from consumers.sql.render import (
     Literal,
@@ -54,9 +55,7 @@ from consumers.sql.render import (
     joined,
     literals,
     mysql_literal_parts,
-    read_first_answer,
     render_bytes,
-    send_query,
 )
 from consumers.sql.statements import RowStatements, TargetTable, statement_for
 from replicator.tracking import PositionMoved
@@ -642,8 +641,7 @@ class BatchWriter:
         sent = InFlight(cursor, queued, self._positions.expected, self.seqno,
                         lead_commit=lead_commit)
         try:
-            send_query(cursor, ("COMMIT;\n" if lead_commit else "")
-                       + ";\n".join(q.sql for q in queued))
+            send_query(cursor, [q.sql for q in queued], "COMMIT;\n" if lead_commit else "")
         except pymysql.MySQLError as exc:
             cursor.close()
             self._fail(sent, exc)

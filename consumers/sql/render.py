@@ -22,7 +22,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from pymysql import converters
-from pymysql.constants import COMMAND, SERVER_STATUS
+from pymysql.constants import SERVER_STATUS
 
 from consumers.sql._render_rows import render_images as _render_images
 from consumers.sql._render_rows import render_joined as _render_joined
@@ -322,22 +322,3 @@ def client_cursor(conn: sa.Connection, dialect: str) -> Any:
         import psycopg  # PostgreSQL targets only: a MariaDB group never loads it
         return psycopg.ClientCursor(raw)  # type: ignore[call-overload]
     return raw.cursor()  # type: ignore[union-attr]
-
-
-def send_query(cursor: Any, sql: str) -> None:
-    """The first half of PyMySQL's ``cursor.execute(sql)`` on a new cursor: the text goes to
-    the server, its answers stay unread (``read_first_answer``), so the client works on
-    while the server does. PyMySQL has no public call for it; these are the steps of its
-    ``Cursor._query`` and ``Connection.query``."""
-    conn = cursor.connection
-    cursor._clear_result()
-    cursor._executed = sql
-    conn._execute_command(COMMAND.COM_QUERY, sql.encode(conn.encoding, "surrogateescape"))
-
-
-def read_first_answer(cursor: Any) -> None:
-    """The second half of ``cursor.execute``: the first statement's answer (an error the
-    server sent for it raises here); the rest follow by ``cursor.nextset()``."""
-    conn = cursor.connection
-    conn.next_result()
-    cursor._do_get_result()
