@@ -40,8 +40,8 @@ class Socket:
 
 
 def connection(sock: Socket) -> Any:
-    conn = pymysql.connections.Connection(defer_connect=True, charset="utf8mb4",
-                                          write_timeout=7)
+    conn: Any = pymysql.connections.Connection(defer_connect=True, charset="utf8mb4",
+                                               write_timeout=7)
     conn._sock = sock
     conn._result = None
     return conn
