@@ -177,13 +177,14 @@ def remove_services(extraction: list[Run]) -> None:
 def apply_runs(cfg: ServiceConfig, path: Path, work: Workload, tail: int,
                replica: Replica | None, runs: int, timeout: float) -> list[Run]:
     """The MariaDB groups (the default block, 200 events, and 10; the first also timed from
-    ``trepctl online`` on a running process), PostgreSQL and the native replica,
-    alternating."""
+    ``trepctl online`` on a running process), PostgreSQL (also from ``trepctl online``) and
+    the native replica, alternating."""
     appliers: list[Callable[[], Run]] = [
         lambda: run_apply(cfg, path, "mariadb", work, tail, timeout),
         lambda: run_apply(cfg, path, "mariadb_online", work, tail, timeout),
         lambda: run_apply(cfg, path, "mariadb_b10", work, tail, timeout),
-        lambda: run_apply(cfg, path, "postgresql", work, tail, timeout)]
+        lambda: run_apply(cfg, path, "postgresql", work, tail, timeout),
+        lambda: run_apply(cfg, path, "postgresql_online", work, tail, timeout)]
     if replica is not None:
         appliers.append(lambda: run_native(replica, work, timeout))
     return alternate(appliers, runs, lambda run, res: (
@@ -248,6 +249,13 @@ def compare_ratios(summary: dict[str, Any]) -> dict[str, Any]:
                 group["steady_cpu_seconds_per_million_rows"],
                 native["cpu_seconds_per_million_rows"])
     ratios["apply_postgresql_vs_mariadb"] = ratio(pg["rows_per_second"], my["rows_per_second"])
+    # Both groups without their process's start (imports, ZooKeeper, Kafka): the appliers'
+    # own rates, as the MariaDB group is set beside the SQL thread.
+    my_online = summary.get("tungsten-kafka-mariadb_online")
+    pg_online = summary.get("tungsten-kafka-postgresql_online")
+    if my_online and pg_online:
+        ratios["apply_postgresql_from_online_vs_mariadb_from_online"] = ratio(
+            pg_online["rows_per_second"], my_online["rows_per_second"])
     return ratios
 
 

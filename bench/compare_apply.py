@@ -144,17 +144,21 @@ def applied(engine: sa.Engine, cfg: ServiceConfig) -> int:
 
 
 def apply_groups(schema: str) -> dict[str, Any]:
-    """The consumer groups measured: MariaDB with the default block (200 events) and with 10."""
+    """The consumer groups measured: MariaDB with the default block (200 events) and with 10,
+    and from ``trepctl online`` on a running process; PostgreSQL from process start and from
+    ``trepctl online``."""
     mariadb = {"type": "sql", "url": f"mysql+pymysql://root@{HOST}:"
                                      f"{settings.port('mariadb-target')}/"}
+    postgresql = {"type": "sql", "url": f"postgresql+psycopg://postgres@{HOST}:"
+                                        f"{settings.port('postgresql')}/postgres"}
     return {"consumers": {
         "mariadb": {"target": mariadb},
         "mariadb_b10": {"target": mariadb, "block_commit_events": 10},
         # Started OFFLINE and timed from the request for ONLINE, as the native SQL thread
         # is from START SLAVE SQL_THREAD on a running server (``run_apply``).
         "mariadb_online": {"target": mariadb, "auto_online": False},
-        "postgresql": {"target": {"type": "sql", "url": f"postgresql+psycopg://postgres@{HOST}:"
-                                                        f"{settings.port('postgresql')}/postgres"}},
+        "postgresql": {"target": postgresql},
+        "postgresql_online": {"target": postgresql, "auto_online": False},
     }}
 
 
