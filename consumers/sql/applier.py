@@ -91,6 +91,8 @@ _BLOCK = BlockLimits(events=200, rows=10_000, bytes=16 << 20, ms=500, idle=True)
 #: A connection kept between blocks is handed back to the pool (which pings it at the next
 #: checkout) once it has been idle this long: a target restarted meanwhile costs no error.
 _KEEP_IDLE_S = 10.0
+#: Events applied between two looks at an unanswered PostgreSQL round trip (``apply``).
+_STEP_EVENTS = 8
 
 
 class SqlApplier:
@@ -136,6 +138,8 @@ class SqlApplier:
         self._ddl_in_block = False
         #: The last block's commit, sent and not yet answered (``commit_begin``).
         self._pending: _PendingCommit | None = None
+        #: Events applied since the pending commit's round trip was last moved on.
+        self._unstepped = 0
         #: The open block's transaction begins once the pending commit is finished.
         self._begin_due = False
         #: A pending commit's answers are being read (on its own transaction).
@@ -300,9 +304,15 @@ class SqlApplier:
             raise self._positions.conflict(PositionMoved(self._positions.expected, stored))
 
     def apply(self, event: ThlEvent) -> None:
-        if self._pending is not None:
-            # PostgreSQL: the last block's COPY starts once its text is answered.
-            self._pending.sent.step()
+        pending = self._pending
+        if pending is not None and pending.sent.stepping:
+            # PostgreSQL: the last block's COPY starts once its text is answered. A look
+            # costs a system call (libpq reads the socket): one every few events is soon
+            # enough, against one an event (2-3 us each, 5% of a group's CPU).
+            self._unstepped += 1
+            if self._unstepped >= _STEP_EVENTS:
+                self._unstepped = 0
+                pending.sent.step()
         chunk = chunk_of(event)
         loose = idempotent_tables(event)
         self._batches.seqno = event.seqno

@@ -160,6 +160,11 @@ class InFlight:
     #: The leading COMMIT was answered (the block before is committed).
     lead_answered: bool = False
 
+    @property
+    def stepping(self) -> bool:
+        """A PostgreSQL round trip with steps left (``step``)."""
+        return self.trip is not None and not self.trip.done
+
     def step(self) -> None:
         """Move a PostgreSQL round trip on as far as the server has answered, without
         waiting (an error is kept for ``BatchWriter.answers``)."""

@@ -73,6 +73,11 @@ class OpenTrip:
         except psycopg.Error as exc:
             self._failed(exc)
 
+    @property
+    def done(self) -> bool:
+        """Every step taken: answers in (or an error kept)."""
+        return self._stage is _Stage.DONE
+
     def step(self, wait: bool) -> None:
         """Take every step the server's answers allow (``wait``: until the last)."""
         try:
