@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from replicator.gc_tuning import quiet_start, tune_for_throughput
+
+# Before the imports below, which are most of the start-up.
+quiet_start("trep-extractor", "trep/extract.py")
+
 import logging
 import signal
 import sys
@@ -11,7 +16,6 @@ import click
 
 from extractor.errors import ExtractorError
 from extractor.service import Extractor
-from replicator.gc_tuning import tune_for_throughput
 from thl_topics.errors import ThlError
 from thl_topics.producer import ProducerFenced
 from trep.config import ConfigError, load_config

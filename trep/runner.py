@@ -6,6 +6,11 @@ Prometheus metrics are served on ``metrics.port`` (127.0.0.1) when it is set.
 
 from __future__ import annotations
 
+from replicator.gc_tuning import quiet_start, tune_for_throughput
+
+# Before the imports below, which are most of the start-up.
+quiet_start("trep-run", "trep/runner.py")
+
 import logging
 import signal
 import sys
@@ -17,7 +22,6 @@ import click
 from prometheus_client import CollectorRegistry, start_http_server
 
 from consumers.factory import build_runtime
-from replicator.gc_tuning import tune_for_throughput
 from replicator.zk import ZkHealth, connect
 from replicator.zk_metrics import ZkCollector
 from replicator.zk_session_slot import claim_slot

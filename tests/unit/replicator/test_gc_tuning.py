@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from replicator.gc_tuning import GEN0_THRESHOLD, tune_for_throughput
+from replicator.gc_tuning import GEN0_THRESHOLD, quiet_start, tune_for_throughput
 
 
 @pytest.fixture
@@ -15,6 +15,7 @@ def restored() -> Iterator[None]:
     """This test process's collector as it was, afterwards."""
     before = gc.get_threshold()
     yield
+    gc.enable()
     gc.unfreeze()
     gc.set_threshold(*before)
 
@@ -32,3 +33,17 @@ def test_what_exists_at_start_is_frozen_and_the_youngest_generation_walked_less_
     cycle.append(cycle)
     del cycle
     assert gc.collect() >= 1
+
+
+@pytest.mark.usefixtures("restored")
+def test_the_collector_rests_during_a_programs_start_only_and_only_in_that_program(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.argv", ["/usr/local/bin/pytest"])
+    quiet_start("trep-run", "trep/runner.py")
+    assert gc.isenabled()  # a module imported by another program: untouched
+    for argv0 in ("/opt/venv/bin/trep-run", "/repo/trep/runner.py"):
+        monkeypatch.setattr("sys.argv", [argv0, "-c", "service.yml"])
+        quiet_start("trep-run", "trep/runner.py")
+        assert not gc.isenabled()
+        tune_for_throughput()
+        assert gc.isenabled()
