@@ -557,8 +557,11 @@ class MongoApplier:
             if change.key_values else None
         layout = after or before
         keyed = layout is not None and bool(layout.key)
-        if keyed and not loose and after is not None:
-            self._note_key(after, change, event)
+        if keyed and not loose and layout is not None:
+            # From the before image where there is no after image: a DELETE may be the
+            # first change by a new key, and would miss its document without a word.
+            self._note_key(layout, change.column_specs if after is not None
+                           else change.key_specs, change, event)
         for r in range(change.row_count):
             new = change.column_values[r] if after is not None else None
             old = change.key_values[r] if before is not None else None
@@ -569,15 +572,16 @@ class MongoApplier:
         if self.cfg.zero_dates == "null":
             count_zero_dates(self._zeros, f"{change.schema}.{change.table}", change)
 
-    def _note_key(self, layout: Layout, change: RowChange, event: ThlEvent) -> None:
+    def _note_key(self, layout: Layout, specs: list[ColumnSpec], change: RowChange,
+                  event: ThlEvent) -> None:
         """A key to look at before the block's writes go out (``_check_key``), once per
-        collection and key a session."""
+        collection and key a session; ``specs``: the image's of ``layout``."""
         names = tuple(layout.columns[i] for i in layout.key)
         mark = (layout.ns, names)
         if mark in self._keys_seen or mark in self._key_checks or layout.ns in self._clears:
             return
-        self._key_checks[mark] = _KeyCheck(layout, change.column_specs, [
-            self.cfg.is_json(change.schema, change.table, change.column_specs[i].name)
+        self._key_checks[mark] = _KeyCheck(layout, specs, [
+            self.cfg.is_json(change.schema, change.table, specs[i].name)
             for i in layout.key], event.seqno)
 
     def _check_keys(self) -> None:

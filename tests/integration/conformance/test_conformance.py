@@ -352,12 +352,13 @@ def test_a_changed_primary_key_is_followed_or_stops_the_group(
     # A restart right after the change: the old key is known only from the target.
     svc.stop()
     svc.start()
-    # A value, a non-key column that was the key, a key move, a delete, and new rows, one
-    # of them with an id the old key held.
+    # A delete alone first (a row change with a before image only, which must not miss its
+    # document without a word), then a value, a non-key column that was the key, a key
+    # move, and new rows, one of them with an id the old key held.
+    svc.src(f"DELETE FROM {s}.rekeyed WHERE code = 'e'")
     svc.src(f"UPDATE {s}.rekeyed SET v = 100 WHERE code = 'b'",
             f"UPDATE {s}.rekeyed SET id = 20 WHERE code = 'c'",
             f"UPDATE {s}.rekeyed SET code = 'z' WHERE code = 'd'",
-            f"DELETE FROM {s}.rekeyed WHERE code = 'e'",
             f"INSERT INTO {s}.rekeyed VALUES (6, 'f', 6), (1, 'g', 7)")
     if svc.kind.key_change_stop is not None:
         status = svc.wait_state("OFFLINE:ERROR")
