@@ -17,6 +17,7 @@ found 5 unreachable objects among 71,000 and cost 44 ms of the start (2026-12-02
 from __future__ import annotations
 
 import gc
+import sys
 
 #: Container allocations (less deallocations) between two walks of the youngest generation
 #: (CPython's default: 700).
@@ -30,7 +31,6 @@ def quiet_start(*programs: str) -> None:
     that live as long as the process, modules and classes, and no garbage, which the
     collector walked every 700 of them: 40-50 ms of the 0.4 s a consumer group's imports
     took here. ``tune_for_throughput`` turns it back on."""
-    import sys
     if sys.argv and sys.argv[0].endswith(programs):
         gc.disable()
 

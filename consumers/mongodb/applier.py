@@ -95,7 +95,6 @@ _T = TypeVar("_T")
 FERRETDB_UPDATES = 50
 
 
-
 @dataclass(frozen=True)
 class _KeyCheck:
     """A collection's key to look at (``MongoApplier._check_key``): the layout of the first
@@ -106,6 +105,7 @@ class _KeyCheck:
     specs: list[ColumnSpec]
     json_text: list[bool]
     seqno: int
+
 
 class MongoApplier:
     """Applies THL events to one MongoDB deployment (or MongoDB-wire server)."""
